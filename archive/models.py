@@ -1,0 +1,105 @@
+"""SQLAlchemy tables of the archive: programs, lineage, evaluations, cells.
+
+Every column holds one fact; nothing is stuffed into JSON text.  The schema
+version is kept in ``meta`` so an older engine refuses a newer database.
+"""
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+SCHEMA_VERSION = 1
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class MetaRow(Base):
+    __tablename__ = "meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class ProgramRow(Base):
+    __tablename__ = "programs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task: Mapped[str] = mapped_column(String(128), index=True)
+    island: Mapped[int] = mapped_column(Integer)
+    generation: Mapped[int] = mapped_column(Integer)
+    operator: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(Text)
+    source_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float, default=time.time)
+    __table_args__ = (Index("ix_programs_task_hash", "task", "source_hash"),)
+
+
+class LineageRow(Base):
+    """A child's parents (role ``parent``) and the elites shown to it (``inspiration``)."""
+
+    __tablename__ = "lineage"
+    child_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), primary_key=True)
+    parent_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16), primary_key=True)
+
+
+class EvaluationRow(Base):
+    __tablename__ = "evaluations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), index=True)
+    status: Mapped[str] = mapped_column(String(32), index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
+    runtime_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ref_runtime_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    runtime_spread: Mapped[float | None] = mapped_column(Float, nullable=True)
+    timing_representative: Mapped[bool] = mapped_column(Boolean, default=False)
+    device: Mapped[str] = mapped_column(String(128), default="")
+    shapes_checked: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str] = mapped_column(Text, default="")
+    wall_s: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[float] = mapped_column(Float, default=time.time)
+
+
+class CellRow(Base):
+    """One MAP-Elites cell of one task on one island, holding its elite."""
+
+    __tablename__ = "cells"
+    task: Mapped[str] = mapped_column(String(128), primary_key=True)
+    island: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"))
+    fitness: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float, default=time.time)
+
+
+class MigrationRow(Base):
+    __tablename__ = "migrations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"))
+    task: Mapped[str] = mapped_column(String(128))
+    src_island: Mapped[int] = mapped_column(Integer)
+    dst_island: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Float, default=time.time)
+
+
+class LLMCallRow(Base):
+    """One LLM request made by an operator, successful or not."""
+
+    __tablename__ = "llm_calls"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    program_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"), nullable=True)
+    task: Mapped[str] = mapped_column(String(128))
+    island: Mapped[int] = mapped_column(Integer)
+    operator: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(256))
+    prompt: Mapped[str] = mapped_column(Text, default="")
+    response: Mapped[str] = mapped_column(Text, default="")
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    latency_s: Mapped[float] = mapped_column(Float, default=0.0)
+    error: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float, default=time.time)

@@ -1,0 +1,1 @@
+"""Hydra configs of the engine (``evo run`` composes ``config.yaml``)."""

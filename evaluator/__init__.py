@@ -1,0 +1,16 @@
+"""evaluator: scores candidate kernels for correctness and speed, in sandboxes.
+
+Public names:
+    Evaluator, EvaluatorSettings, TimingSettings -- the host-side API
+    EvalResult, Status                           -- what an evaluation returns
+    resolve_device                               -- auto|cpu|cuda to a concrete device
+
+Owns the worker processes (``worker``, ``sandbox``) and the procedure run in
+them (``harness``, ``compare``, ``timing``).  Imports nothing from the other
+packages of the engine.
+"""
+from evaluator.device import resolve_device
+from evaluator.evaluator import Evaluator, EvaluatorSettings, TimingSettings
+from evaluator.result import EvalResult, Status
+
+__all__ = ["EvalResult", "Evaluator", "EvaluatorSettings", "Status", "TimingSettings", "resolve_device"]

@@ -1,0 +1,60 @@
+"""What an evaluation says about one candidate: a plain, serialisable record."""
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+
+
+class Status(str, enum.Enum):
+    CORRECT = "correct"
+    INCORRECT = "incorrect"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    REJECTED = "rejected"
+
+
+@dataclass
+class EvalResult:
+    """Outcome of evaluating one candidate against its task's reference.
+
+    ``speedup`` is reference time over candidate time, both medians measured
+    side by side in the same process; ``timing_representative`` is false when
+    the timings come from Triton's CPU interpreter.
+    """
+
+    status: Status
+    reason: str = ""
+    speedup: float | None = None
+    runtime_ms: float | None = None
+    ref_runtime_ms: float | None = None
+    runtime_spread: float | None = None  # (p80 - p20) / median of the candidate's timings
+    timing_representative: bool = False
+    device: str = ""
+    shapes_checked: int = 0
+    error: str = ""  # trimmed traceback or worker log, for feedback to operators
+    wall_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def correct(self) -> bool:
+        return self.status is Status.CORRECT
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "EvalResult":
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["status"] = Status(known["status"])
+        return cls(**known)
+
+
+def trim(text: str, limit: int = 4000) -> str:
+    """Keep the end of a long traceback or log: that is where the cause is."""
+    if len(text) <= limit:
+        return text
+    return "...[trimmed]...\n" + text[-limit:]

@@ -1,0 +1,131 @@
+"""Host side of the sandbox: starts, feeds, watches and replaces a worker process.
+
+The worker runs ``python -m evaluator.worker`` in a new session with an
+environment built from an allow-list, so API keys and tokens in the engine's
+environment never reach candidate code.  If the worker stops answering, its
+whole process group is killed and a fresh one is started on the next request.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Variables a worker needs to find Python packages, the GPU and compilers.
+_ALLOWED_ENV = (
+    "PATH", "LANG", "LC_ALL", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
+    "TRITON_PTXAS_PATH", "TRITON_LIBDEVICE_PATH", "TRITON_CUDACRT_PATH", "TRITON_CUDART_PATH",
+    "VIRTUAL_ENV", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES",
+)
+
+
+def worker_environment(device: str, cuda_index: int | None, scratch: Path, cache_dir: Path) -> dict:
+    env = {k: os.environ[k] for k in _ALLOWED_ENV if k in os.environ}
+    env.update(
+        HOME=str(scratch), TMPDIR=str(scratch), EVO_SCRATCH=str(scratch),
+        TRITON_CACHE_DIR=str(cache_dir), PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
+    )
+    if device == "cpu":
+        env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    elif cuda_index is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(cuda_index)
+    return env
+
+
+class WorkerDied(RuntimeError):
+    pass
+
+
+class SandboxWorker:
+    """One worker process, restarted whenever it dies or hangs."""
+
+    def __init__(self, *, device: str, cuda_index: int | None = None, scratch_root: str | None = None,
+                 cache_dir: str | None = None, startup_timeout_s: float = 180.0, grace_s: float = 30.0):
+        self.device = device
+        self.cuda_index = cuda_index
+        self.scratch = Path(tempfile.mkdtemp(prefix="evo-worker-", dir=scratch_root))
+        self.cache_dir = Path(cache_dir) if cache_dir else self.scratch / "triton-cache"
+        self.startup_timeout_s = startup_timeout_s
+        self.grace_s = grace_s
+        self.restarts = -1
+        self._proc: subprocess.Popen | None = None
+        self._buffer = b""
+        self.info: dict = {}
+
+    def start(self) -> None:
+        self.close()
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        env = worker_environment(self.device, self.cuda_index, self.scratch, self.cache_dir)
+        self._log = open(self.scratch / "worker.log", "ab")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "evaluator.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._log, env=env, cwd=self.scratch, start_new_session=True,
+        )
+        self._buffer = b""
+        self.restarts += 1
+        self.info = self._read_reply(time.monotonic() + self.startup_timeout_s)
+
+    def request(self, message: dict, timeout_s: float) -> dict:
+        """Send one request; a dead or hung worker yields a ``sandbox`` failure reply."""
+        if self._proc is None or self._proc.poll() is not None:
+            self.start()
+        message = dict(message, timeout_s=timeout_s)
+        try:
+            self._proc.stdin.write((json.dumps(message) + "\n").encode())
+            self._proc.stdin.flush()
+            return self._read_reply(time.monotonic() + timeout_s + self.grace_s)
+        except (WorkerDied, OSError) as exc:
+            log = self._log_tail()
+            self.close()
+            return {"sandbox": "crashed", "reason": f"evaluation worker failed: {exc}", "log": log}
+
+    def _read_reply(self, deadline: float) -> dict:
+        proc = self._proc
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise WorkerDied("no answer before the deadline")
+                if not sel.select(remaining):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    raise WorkerDied(f"worker exited (code {proc.wait()})")
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def _log_tail(self, limit: int = 2000) -> str:
+        try:
+            return (self.scratch / "worker.log").read_bytes()[-limit:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self._log.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

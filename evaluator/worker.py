@@ -1,0 +1,128 @@
+"""The sandbox worker: a long-lived process that forks one child per candidate.
+
+Started by :class:`evaluator.sandbox.SandboxWorker` with a scrubbed
+environment.  It imports torch and triton once (the slow part) and never
+touches the GPU itself, so each forked child starts warm and initialises CUDA
+on its own.  A child runs one request in a new session (process group), with
+its output captured in a log file; the worker kills the whole group when the
+request's timeout passes.  Protocol: one JSON object per line on stdin
+(requests) and on the original stdout (replies).
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+
+FILE_SIZE_LIMIT = 1 << 30  # a runaway candidate cannot fill the disk
+
+
+def _send(stream, message: dict) -> None:
+    stream.write(json.dumps(message) + "\n")
+    stream.flush()
+
+
+def _tail(path: Path, limit: int = 3000) -> str:
+    try:
+        data = path.read_bytes()[-limit:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace")
+
+
+def _child(request: dict, write_fd: int, log_path: Path) -> None:
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+    from evaluator import harness
+
+    try:
+        reply = harness.handle(request)
+    except BaseException as exc:  # report, never let the child fall back into the server loop
+        reply = {"harness_error": f"{type(exc).__name__}: {exc}"}
+    data = json.dumps(reply).encode()
+    view = memoryview(data)
+    while view:
+        written = os.write(write_fd, view)
+        view = view[written:]
+
+
+def run_isolated(request: dict, scratch: Path) -> dict:
+    """Run one request in a forked child; kill its process group on timeout."""
+    timeout_s = float(request.get("timeout_s", 60))
+    log_path = scratch / "child.log"
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(read_fd)
+            _child(request, write_fd, log_path)
+        except BaseException:
+            code = 70
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    chunks, deadline, timed_out = [], time.monotonic() + timeout_s, False
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select([read_fd], [], [], remaining)
+        if ready:
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    os.close(read_fd)
+    if timed_out:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return {"sandbox": "timeout", "reason": f"no result within {timeout_s:g} s; process group killed",
+                "log": _tail(log_path)}
+    if chunks:
+        try:
+            return json.loads(b"".join(chunks))
+        except ValueError:
+            pass
+    how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+           else f"exited with code {os.WEXITSTATUS(status)}")
+    return {"sandbox": "crashed", "reason": f"the evaluation process {how} without a result",
+            "log": _tail(log_path)}
+
+
+def main() -> None:
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # stray prints must not corrupt the protocol stream
+    scratch = Path(os.environ.get("EVO_SCRATCH", os.getcwd()))
+    import torch  # noqa: F401  (preloaded for the forked children)
+    import triton  # noqa: F401
+
+    import evaluator.harness  # noqa: F401
+
+    _send(protocol, {"ready": True, "pid": os.getpid(), "torch": torch.__version__,
+                     "triton": triton.__version__})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        request["scratch"] = str(scratch)
+        _send(protocol, run_isolated(request, scratch))
+
+
+if __name__ == "__main__":
+    main()

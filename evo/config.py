@@ -1,0 +1,101 @@
+"""The one place where Hydra config becomes typed objects.
+
+Nothing past :func:`build` sees a ``DictConfig``: the run loop, islands,
+operators and evaluator take plain constructor arguments.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from evaluator import EvaluatorSettings
+from evo.controller import RunSettings
+from evo.errors import ConfigError, EvoError
+from evo.task import Task
+from islands.migration import MigrationSettings
+from islands.ray_backend import RaySettings
+from operators.base import Operator
+from operators.llm_client import LLMClient
+
+
+@dataclass
+class Components:
+    tasks: list[Task]
+    run: RunSettings
+    evaluator: EvaluatorSettings
+    island_count: int
+    migration: MigrationSettings
+    operators: list[Operator]
+    weights: list[float]
+    llm: LLMClient | None
+    ray: RaySettings
+    backend: str
+    archive_url: str
+    progress: bool
+
+
+def instantiate_node(node, what: str):
+    """Instantiate one ``_target_`` node, turning failures into clear messages."""
+    try:
+        return instantiate(node, _convert_="all")
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        while isinstance(cause, InstantiationException) and cause.__cause__ is not None:
+            cause = cause.__cause__
+        if isinstance(cause, EvoError):
+            raise cause from None
+        raise ConfigError(f"invalid {what} config: {cause or exc}") from None
+
+
+def _operators(cfg: DictConfig, llm: LLMClient | None) -> tuple[list[Operator], list[float]]:
+    operators, weights = [], []
+    for name, entry in cfg.operators.items():
+        built = instantiate_node(entry.operator, f"operators.{name}")
+        if isinstance(built, functools.partial):
+            if not getattr(built.func, "needs_llm", False):
+                raise ConfigError(f"operators.{name} is partial but is not an LLM operator")
+            if llm is None:
+                continue  # LLM operators are enabled by setting llm.model
+            built = built(client=llm)
+        if not isinstance(built, Operator):
+            raise ConfigError(f"operators.{name} builds {type(built).__name__}, not an Operator")
+        if float(entry.weight) > 0:
+            operators.append(built)
+            weights.append(float(entry.weight))
+    if not operators:
+        raise ConfigError("no operator is enabled: give one a positive weight, or set llm.model")
+    return operators, weights
+
+
+def build(cfg: DictConfig, run_dir: str | None = None) -> Components:
+    run_dir = run_dir or str(cfg.run.dir)
+    if cfg.run.backend not in ("ray", "local"):
+        raise ConfigError(f"run.backend must be ray or local, not {cfg.run.backend!r}")
+    if int(cfg.islands.count) < 1:
+        raise ConfigError("islands.count must be at least 1")
+    try:
+        run = RunSettings(
+            dir=run_dir, seed=int(cfg.run.seed), budget_evaluations=int(cfg.run.budget.evaluations),
+            proposals_per_island=int(cfg.run.proposals_per_island), inspirations=int(cfg.run.inspirations),
+            max_failed_proposals=int(cfg.run.max_failed_proposals),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    llm = instantiate_node(cfg.llm, "llm") if cfg.llm.model else None
+    operators, weights = _operators(cfg, llm)
+    url = cfg.archive.url or f"sqlite:///{Path(run_dir).resolve() / 'archive.db'}"
+    return Components(
+        tasks=instantiate_node(cfg.task, "task"), run=run, evaluator=instantiate_node(cfg.evaluator, "evaluator"),
+        island_count=int(cfg.islands.count), migration=instantiate_node(cfg.islands.migration, "islands.migration"),
+        operators=operators, weights=weights, llm=llm, ray=instantiate_node(cfg.ray, "ray"),
+        backend=str(cfg.run.backend), archive_url=url, progress=bool(cfg.run.progress),
+    )
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg, resolve=True)

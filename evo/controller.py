@@ -1,0 +1,190 @@
+"""The run loop: steady state, no generation barrier, one owner of the archive.
+
+Proposals (island actors) and evaluations (evaluator workers) run
+concurrently through the backend's futures; this loop alone writes to the
+archive, so every state change is one transaction from one writer.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from archive import Archive, Insert
+from evaluator import EvalResult, Status
+from evo.kernel_source import normalized_hash
+from evo.program import Program
+from evo.task import Task
+from islands.migration import MigrationSettings, ring
+from operators.base import Context, Proposal
+
+Events = Callable[..., None]
+
+
+def _no_events(kind: str, **fields) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    dir: str
+    seed: int = 0
+    budget_evaluations: int = 64  # evaluations of children (seeds are extra)
+    proposals_per_island: int = 2  # proposals in flight per island
+    inspirations: int = 2
+    max_failed_proposals: int = 200  # in a row, before the run stops proposing
+
+    def __post_init__(self):
+        if self.budget_evaluations < 0:
+            raise ValueError("run.budget.evaluations must be >= 0")
+        if self.proposals_per_island < 1:
+            raise ValueError("run.proposals_per_island must be >= 1")
+
+
+class Controller:
+    def __init__(self, *, settings: RunSettings, tasks: list[Task], archive: Archive, backend,
+                 migration: MigrationSettings, events: Events = _no_events, resume_count: int = 0):
+        self.settings = settings
+        self.tasks = {t.name: t for t in tasks}
+        self.archive = archive
+        self.backend = backend
+        self.migration = migration
+        self.events = events
+        self.rng = np.random.default_rng([settings.seed, 1_000_003, resume_count])
+        self.hardware = ""
+        self.children_done = 0
+        self.failed_in_a_row = 0
+        self._task_cycle = {i: itertools.cycle(self.tasks) for i in range(backend.island_count)}
+        self._island_cycle = itertools.cycle(range(backend.island_count))
+        self._ready: set[str] = set()  # tasks with at least one elite
+        self._queue: deque[Program] = deque()
+        self._proposals: dict[Future, tuple[int, str, Program, list[Program]]] = {}
+        self._evaluations: dict[Future, tuple[int, Program]] = {}
+        self._idle = deque(range(backend.evaluator_count))
+        self._in_flight_hashes: set[tuple[str, str]] = set()
+
+    # -- bookkeeping ---------------------------------------------------------
+    def _committed(self) -> int:
+        children_waiting = sum(p.operator != "seed" for p in self._queue)
+        children_running = sum(p.operator != "seed" for _, p in self._evaluations.values())
+        return self.children_done + children_waiting + children_running + len(self._proposals)
+
+    def _enqueue(self, program: Program) -> None:
+        self._queue.append(program)
+        self._in_flight_hashes.add((program.task, normalized_hash(program.source)))
+
+    def _start(self) -> None:
+        self.children_done = self.archive.child_evaluation_count()
+        self._ready = {name for name in self.tasks if self.archive.elites(name)}
+        for program in self.archive.pending():  # in flight when the last run stopped
+            if program.task in self.tasks:
+                self._enqueue(program)
+        for task in self.tasks.values():
+            if not self.archive.has_programs(task.name):
+                for source in task.seeds:
+                    self._enqueue(self.archive.add_program(task=task.name, island=0, generation=0,
+                                                           operator="seed", source=source))
+        self.events("start", children_done=self.children_done, requeued=len(self._queue),
+                    budget=self.settings.budget_evaluations)
+
+    # -- the loop -------------------------------------------------------------
+    def run(self) -> None:
+        self._start()
+        stalled = False
+        while True:
+            self._start_evaluations()
+            if not stalled:
+                self._start_proposals()
+            if not (self._proposals or self._evaluations or self._queue):
+                break
+            done, _ = wait([*self._proposals, *self._evaluations], return_when=FIRST_COMPLETED)
+            for future in done:
+                if future in self._proposals:
+                    self._on_proposal(future, *self._proposals.pop(future))
+                else:
+                    self._on_evaluation(future, *self._evaluations.pop(future))
+            if self.failed_in_a_row >= self.settings.max_failed_proposals and not stalled:
+                stalled = True
+                self.events("stalled", failed=self.failed_in_a_row)
+        self.events("done", children_done=self.children_done)
+
+    def _start_evaluations(self) -> None:
+        while self._idle and self._queue:
+            worker, program = self._idle.popleft(), self._queue.popleft()
+            task = self.tasks[program.task]
+            future = self.backend.evaluate(worker, task.name, task.source, program.source)
+            self._evaluations[future] = (worker, program)
+
+    def _start_proposals(self) -> None:
+        limit = self.settings.proposals_per_island * self.backend.island_count
+        backlog = 2 * self.backend.evaluator_count  # back-pressure: don't outrun the evaluators
+        for _ in range(limit):
+            if (len(self._proposals) >= limit or len(self._queue) >= backlog or not self._ready
+                    or self._committed() >= self.settings.budget_evaluations):
+                return
+            island = next(self._island_cycle)
+            task_name = next(t for t in self._task_cycle[island] if t in self._ready)
+            parent = self.archive.sample_parent(task_name, island, self.rng)
+            inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations, self.rng)
+            task = self.tasks[task_name]
+            context = Context(task_name=task.name, task_source=task.source, parent=parent,
+                              inspirations=inspirations, hardware=self.hardware)
+            self._proposals[self.backend.propose(island, context)] = (island, task_name, parent, inspirations)
+
+    def _on_proposal(self, future: Future, island: int, task: str, parent: Program,
+                     inspirations: list[Program]) -> None:
+        try:
+            proposal: Proposal = future.result()
+        except Exception as exc:  # the island actor died; it is restarted by the backend
+            proposal = Proposal("unknown", None, f"island {island} failed: {type(exc).__name__}: {exc}")
+        failure = proposal.note if proposal.source is None else None
+        if failure is None:
+            key = (task, normalized_hash(proposal.source))
+            if key in self._in_flight_hashes or self.archive.find_duplicate(task, proposal.source):
+                failure = "duplicate of an archived or in-flight program"
+        program_id = None
+        if failure is None:
+            self.failed_in_a_row = 0
+            program = self.archive.add_program(
+                task=task, island=island, generation=parent.generation + 1, operator=proposal.operator,
+                source=proposal.source, parent_ids=(parent.id,), inspiration_ids=[p.id for p in inspirations])
+            program_id = program.id
+            self._enqueue(program)
+        else:
+            self.failed_in_a_row += 1
+            self.events("proposal_failed", task=task, island=island, operator=proposal.operator, reason=failure)
+        self.archive.record_llm_calls(proposal.llm_calls, task=task, island=island,
+                                      operator=proposal.operator, program_id=program_id)
+
+    def _on_evaluation(self, future: Future, worker: int, program: Program) -> None:
+        self._idle.append(worker)
+        try:
+            result: EvalResult = future.result()
+        except Exception as exc:  # the evaluator actor died: the candidate is charged with it
+            result = EvalResult(status=Status.CRASHED, reason=f"evaluator failed: {type(exc).__name__}: {exc}")
+        self._in_flight_hashes.discard((program.task, normalized_hash(program.source)))
+        insert = self.archive.record_evaluation(program, result)
+        if result.device and not self.hardware:
+            self.hardware = result.device
+        if insert is not Insert.NOT_ADDED:
+            self._ready.add(program.task)
+        if program.operator == "seed":
+            for island in range(1, self.backend.island_count):  # every island starts from the seeds
+                self.archive.migrate(program.task, 0, island, count=1 << 30)
+        else:
+            before, self.children_done = self.children_done, self.children_done + 1
+            if self.migration.due(before, self.children_done):
+                self._migrate()
+        self.events("evaluated", program=program, result=result, insert=insert.value,
+                    children_done=self.children_done)
+
+    def _migrate(self) -> None:
+        moved = 0
+        for task in self._ready:
+            for src, dst in ring(self.backend.island_count):
+                moved += self.archive.migrate(task, src, dst, self.migration.migrants)
+        self.events("migrated", moved=moved)

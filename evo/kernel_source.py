@@ -1,0 +1,94 @@
+"""Facts read from a kernel's source without running it.
+
+Tunable constants are integer literals a kernel engineer would sweep: the
+module-level ``BLOCK_SIZE = 256`` / ``NUM_WARPS = 4`` / ``NUM_STAGES = 2``
+assignments of our seed kernels, and literal ``num_warps=``/``num_stages=``/
+``BLOCK_*=`` keyword arguments at kernel launches.  The offline mutation
+operator rewrites them and the archive's descriptors bucket them.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from dataclasses import dataclass
+
+_KINDS = (
+    ("warps", re.compile(r"^(NUM_WARPS|num_warps|[A-Z0-9_]*_WARPS)$")),
+    ("stages", re.compile(r"^(NUM_STAGES|num_stages|[A-Z0-9_]*_STAGES)$")),
+    ("group", re.compile(r"^(GROUP_SIZE[A-Z0-9_]*|GROUP_[MN])$")),
+    ("block", re.compile(r"^(BLOCK[A-Z0-9_]*|[A-Z0-9_]*_BLOCK[A-Z0-9_]*|TILE[A-Z0-9_]*)$")),
+)
+
+# Allowed values per kind: powers of two except for pipeline stages.
+RANGES = {"block": (16, 8192), "warps": (1, 32), "stages": (1, 6), "group": (1, 16)}
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """One integer literal in the source that may be changed."""
+
+    name: str
+    kind: str
+    value: int
+    start: int  # byte offsets of the literal in the UTF-8 source
+    end: int
+
+
+def _kind_of(name: str) -> str | None:
+    for kind, pattern in _KINDS:
+        if pattern.match(name):
+            return kind
+    return None
+
+
+def _line_offsets(data: bytes) -> list[int]:
+    offsets, pos = [0], 0
+    for line in data.splitlines(keepends=True):
+        pos += len(line)
+        offsets.append(pos)
+    return offsets
+
+
+def find_tunables(source: str) -> list[Tunable]:
+    """Tunable integer literals, in source order; [] if the source does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    lines = _line_offsets(source.encode("utf-8"))
+    found: list[Tunable] = []
+
+    def add(name: str, value: ast.expr) -> None:
+        kind = _kind_of(name)
+        if kind and isinstance(value, ast.Constant) and type(value.value) is int and value.value > 0:
+            start = lines[value.lineno - 1] + value.col_offset
+            end = lines[value.end_lineno - 1] + value.end_col_offset
+            found.append(Tunable(name, kind, value.value, start, end))
+
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            add(node.targets[0].id, node.value)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            for keyword in node.keywords:
+                if keyword.arg:
+                    add(keyword.arg, keyword.value)
+    return sorted(found, key=lambda t: t.start)
+
+
+def with_values(source: str, changes: dict[Tunable, int]) -> str:
+    """The source with each tunable's literal replaced by its new value."""
+    data = source.encode("utf-8")
+    for tunable in sorted(changes, key=lambda t: t.start, reverse=True):
+        data = data[: tunable.start] + str(int(changes[tunable])).encode() + data[tunable.end:]
+    return data.decode("utf-8")
+
+
+def normalized_hash(source: str) -> str:
+    """Hash that ignores comments, blank lines and formatting (via the AST)."""
+    try:
+        text = ast.dump(ast.parse(source))
+    except SyntaxError:
+        text = "\n".join(line.rstrip() for line in source.strip().splitlines())
+    return hashlib.sha256(text.encode()).hexdigest()[:32]

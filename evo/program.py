@@ -1,0 +1,29 @@
+"""A program: one candidate kernel of one task, with where it came from."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from evaluator.result import EvalResult
+
+
+@dataclass
+class Program:
+    """A candidate kernel as the archive stores it and operators see it."""
+
+    id: int
+    task: str
+    island: int
+    generation: int
+    operator: str
+    source: str
+    parent_ids: tuple[int, ...] = ()
+    inspiration_ids: tuple[int, ...] = ()
+    result: EvalResult | None = None
+    descriptors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fitness(self) -> float | None:
+        """Measured speedup over the reference, for correct programs only."""
+        if self.result is None or not self.result.correct:
+            return None
+        return self.result.speedup

@@ -1,0 +1,114 @@
+"""`evo run`: validate everything, then start or resume a run in ``run.dir``.
+
+Order matters for bad input: tasks, run dir, LLM endpoint and references are
+checked before anything is written, so a failed start leaves no run state.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from archive import Archive
+from evaluator import Evaluator, resolve_device
+from evo.config import Components
+from evo.controller import Controller
+from evo.errors import RunDirError, TaskError
+from evo.progress import RunEvents
+from evo.summary import summary_rows, summary_table
+from islands import Island, LocalBackend
+
+RUN_FILE = "run.json"
+
+
+def _check_run_dir(run_dir: Path, task_names: list[str]) -> bool:
+    """True when ``run_dir`` holds a run to resume; raises if it cannot be used."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"run.dir {run_dir} exists and is not a directory")
+    marker = run_dir / RUN_FILE
+    if marker.exists():
+        try:
+            previous = json.loads(marker.read_text())
+        except (OSError, ValueError) as exc:
+            raise RunDirError(f"run.dir {run_dir} has an unreadable {RUN_FILE}: {exc}") from None
+        if sorted(previous.get("tasks", [])) != sorted(task_names):
+            raise RunDirError(
+                f"run.dir {run_dir} holds a run of tasks {', '.join(previous.get('tasks', []))}, "
+                f"not {', '.join(task_names)}: choose another run.dir or the same tasks"
+            )
+        if not os.access(run_dir, os.W_OK):
+            raise RunDirError(f"run.dir {run_dir} is not writable")
+        return True
+    existing = run_dir
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise RunDirError(f"run.dir {run_dir} cannot be created: {existing} is not a writable directory")
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise RunDirError(f"run.dir {run_dir} is not empty and holds no evo run")
+    return False
+
+
+def _make_backend(c: Components, device: str, gpus: int, resume_count: int):
+    workers = c.evaluator.workers or (gpus if device == "cuda" else 1)
+    islands = [Island(i, c.operators, c.weights, c.run.seed, resume_count) for i in range(c.island_count)]
+    if c.backend == "local":
+        return LocalBackend(
+            islands, lambda i: Evaluator(c.evaluator, device, i if device == "cuda" else None), workers)
+    from islands.ray_backend import RayBackend
+
+    return RayBackend(c.ray, islands, c.evaluator, device, workers)
+
+
+def run_search(c: Components, config_yaml: str, console: Console | None = None) -> list[dict]:
+    console = console or Console()
+    run_dir = Path(c.run.dir).expanduser().resolve()
+    names = [t.name for t in c.tasks]
+    resuming = _check_run_dir(run_dir, names)
+    if not c.tasks:
+        raise TaskError("no tasks to run")
+    if c.llm is not None:
+        console.print(f"checking LLM endpoint {c.llm.model} ...")
+        c.llm.check()
+    device, gpus = resolve_device(c.evaluator.device)
+    previous = json.loads((run_dir / RUN_FILE).read_text()) if resuming else {}
+    resume_count = int(previous.get("resumes", -1)) + 1
+    console.print(f"{'resuming' if resuming else 'starting'} run in {run_dir}: {len(names)} tasks, "
+                  f"{c.island_count} islands, device {device}" + (f" ({gpus} GPUs)" if gpus else ""))
+    backend = _make_backend(c, device, gpus, resume_count)
+    try:
+        for task in c.tasks:
+            check = backend.check_task(task.name, task.source)
+            if not check.get("ok"):
+                raise TaskError(f"the reference of task {task.name} ({task.path}) failed: {check.get('error')}")
+            for warning in check.get("warnings", []):
+                console.print(f"[yellow]task {task.name}: {warning}")
+            if not task.seeds:
+                raise TaskError(
+                    f"task {task.name} ({task.path}) has no seed kernel: the search starts from one. Put a "
+                    f"candidate defining ModelNew in seeds/{Path(task.path).name} beside the problem file, "
+                    "or name it with SEED = 'path.py' in the problem file")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not resuming:
+            (run_dir / "config.yaml").write_text(config_yaml)
+        (run_dir / RUN_FILE).write_text(json.dumps(
+            {"tasks": names, "resumes": resume_count, "device": device, "started": time.time()}, indent=1))
+        archive = Archive(c.archive_url)
+        events = RunEvents(run_dir, c.run.budget_evaluations, show=c.progress)
+        try:
+            Controller(settings=c.run, tasks=c.tasks, archive=archive, backend=backend, migration=c.migration,
+                       events=events, resume_count=resume_count).run()
+        finally:
+            events.close()
+        rows = summary_rows(archive, names)
+        console.print(summary_table(rows, title=f"evo run {run_dir} ({device})"))
+        spend = archive.llm_spend()
+        if spend["calls"]:
+            console.print(f"LLM: {spend['calls']} calls, {spend['errors']} failed, ${spend['cost_usd']:.4f}")
+        archive.close()
+        return rows
+    finally:
+        backend.close()

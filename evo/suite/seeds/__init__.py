@@ -1,0 +1,1 @@
+"""Seed kernels of the built-in suite, one per problem file in ``evo/suite``."""

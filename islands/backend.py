@@ -1,0 +1,45 @@
+"""Where islands and evaluators run: in this process (threads) or on Ray.
+
+The controller talks to a backend only through futures, so the same run loop
+drives both.  ``LocalBackend`` is for tests and debugging; the Ray backend
+(``islands.ray_backend``) is the default for runs.
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable
+
+from evaluator import EvalResult, Evaluator
+from islands.island import Island
+from operators.base import Context, Proposal
+
+
+class LocalBackend:
+    """Islands and evaluators as plain objects driven by a thread pool."""
+
+    def __init__(self, islands: list[Island], make_evaluator: Callable[[int], Evaluator], evaluators: int):
+        self.islands = islands
+        self.evaluators = [make_evaluator(i) for i in range(evaluators)]
+        self._pool = ThreadPoolExecutor(max_workers=len(islands) + evaluators, thread_name_prefix="evo")
+
+    @property
+    def island_count(self) -> int:
+        return len(self.islands)
+
+    @property
+    def evaluator_count(self) -> int:
+        return len(self.evaluators)
+
+    def propose(self, island: int, context: Context) -> Future[Proposal]:
+        return self._pool.submit(self.islands[island].propose, context)
+
+    def evaluate(self, worker: int, task_name: str, task_source: str, source: str) -> Future[EvalResult]:
+        return self._pool.submit(self.evaluators[worker].evaluate, task_name, task_source, source)
+
+    def check_task(self, task_name: str, task_source: str) -> dict:
+        return self.evaluators[0].check_task(task_name, task_source)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for evaluator in self.evaluators:
+            evaluator.close()

@@ -1,0 +1,44 @@
+"""Shared fixtures.  CPU tests run Triton through its interpreter."""
+from __future__ import annotations
+
+import os
+import shutil
+
+# Before anything imports triton or litellm.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import pytest  # noqa: E402
+
+from evo.task import load_tasks  # noqa: E402
+
+
+def _has_gpu() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    from evaluator.device import cuda_device_count
+
+    return cuda_device_count() > 0
+
+
+def pytest_collection_modifyitems(config, items):
+    if any("gpu" in item.keywords for item in items) and not _has_gpu():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def builtin_tasks():
+    return {t.name: t for t in load_tasks("default")}
+
+
+@pytest.fixture(scope="session")
+def cpu_evaluator():
+    from evaluator import Evaluator, EvaluatorSettings
+
+    evaluator = Evaluator(EvaluatorSettings(device="cpu", timeout_s=60), "cpu")
+    yield evaluator
+    evaluator.close()

@@ -1,0 +1,58 @@
+"""Every config composes and instantiates (catches a broken _target_ without a run)."""
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from evo.config import build
+from evo.errors import ConfigError, EvoError
+
+CONF = Path(__file__).parents[1] / "conf"
+
+
+def cfg(*overrides):
+    with initialize_config_module(config_module="conf", version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("suite", sorted(p.stem for p in (CONF / "task").glob("*.yaml")))
+def test_every_task_suite_builds(suite, tmp_path):
+    components = build(cfg(f"task={suite}", f"run.dir={tmp_path}"))
+    assert components.tasks and all(t.seeds for t in components.tasks)
+
+
+def test_defaults_build_the_offline_search(tmp_path):
+    c = build(cfg(f"run.dir={tmp_path}"))
+    assert [op.name for op in c.operators] == ["constants"] and c.llm is None
+    assert len(c.tasks) == 8 and c.island_count == 2 and c.backend == "ray"
+    assert c.evaluator.device == "auto" and c.ray.address is None
+    assert c.archive_url == f"sqlite:///{tmp_path.resolve() / 'archive.db'}"
+
+
+def test_llm_model_enables_the_llm_operator(tmp_path):
+    c = build(cfg(f"run.dir={tmp_path}", "llm.model=openai/x", "llm.api_base=http://127.0.0.1:1/v1"))
+    assert [op.name for op in c.operators] == ["constants", "llm_rewrite"]
+    assert c.operators[1].client is c.llm and c.llm.api_base == "http://127.0.0.1:1/v1"
+
+
+def test_public_config_keys_exist():
+    c = cfg("run.dir=/tmp/x", "run.budget.evaluations=3", "task.path=/tmp/t.py", "llm.model=m",
+            "llm.api_base=http://h", "evaluator.device=cpu", "ray.address=auto")
+    assert c.run.budget.evaluations == 3 and c.ray.address == "auto"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("evaluator.device=tpu", "auto, cpu or cuda"),
+    ("run.backend=dask", "ray or local"),
+    ("islands.count=0", "at least 1"),
+    ("run.budget.evaluations=-1", ">= 0"),
+    ("task.names=[nope]", "no task named nope"),
+    ("operators.constants.weight=0", "no operator is enabled"),
+])
+def test_bad_values_are_config_errors(override, message, tmp_path):
+    with pytest.raises(EvoError, match=message):
+        build(cfg(f"run.dir={tmp_path}", override))
+
+
+def test_config_error_is_an_evo_error():
+    assert issubclass(ConfigError, EvoError)

@@ -1,0 +1,91 @@
+"""The run loop with islands and evaluators in this process (no Ray)."""
+import json
+
+import pytest
+
+from archive import Archive
+from evaluator import Evaluator, EvaluatorSettings
+from evo.controller import Controller, RunSettings
+from evo.progress import RunEvents
+from islands import Island, LocalBackend, MigrationSettings
+from operators import TunableConstantMutation
+
+
+def make_run(tmp_path, tasks, budget, resume_count=0, islands=2):
+    archive = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
+    settings = RunSettings(dir=str(tmp_path), seed=3, budget_evaluations=budget)
+    isl = [Island(i, [TunableConstantMutation()], [1.0], seed=3, stream=resume_count) for i in range(islands)]
+    backend = LocalBackend(isl, lambda i: Evaluator(EvaluatorSettings(device="cpu", timeout_s=60), "cpu"), 1)
+    events = RunEvents(tmp_path, budget, show=False)
+    controller = Controller(settings=settings, tasks=tasks, archive=archive, backend=backend,
+                            migration=MigrationSettings(interval=3, migrants=1), events=events,
+                            resume_count=resume_count)
+    return controller, archive, backend, events
+
+
+def run_once(tmp_path, tasks, budget, resume_count=0):
+    controller, archive, backend, events = make_run(tmp_path, tasks, budget, resume_count)
+    try:
+        controller.run()
+    finally:
+        backend.close()
+        events.close()
+    return archive
+
+
+@pytest.fixture
+def quick_tasks(builtin_tasks):
+    return [builtin_tasks["gelu"], builtin_tasks["row_sum"]]
+
+
+def programs(archive):
+    from sqlalchemy import select
+
+    from archive.models import ProgramRow
+    with archive._session() as s:
+        return s.scalars(select(ProgramRow).order_by(ProgramRow.id)).all()
+
+
+def test_run_spends_its_budget_and_keeps_lineage(tmp_path, quick_tasks):
+    archive = run_once(tmp_path, quick_tasks, budget=6)
+    rows = programs(archive)
+    seeds = [r for r in rows if r.operator == "seed"]
+    assert len(seeds) == 2 and archive.child_evaluation_count() == 6
+    assert archive.pending() == []
+    for row in rows:
+        if row.operator != "seed":
+            assert archive.get(row.id).parent_ids, "every child has a parent"
+    for task in ("gelu", "row_sum"):
+        stats = archive.stats(task)
+        assert stats["correct"] >= 1 and stats["best_speedup"] > 0
+        assert archive.elites(task, 0) and archive.elites(task, 1)  # seeds reach every island
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "start" and kinds[-1] == "done" and kinds.count("evaluated") == 8
+    assert "migrated" in kinds
+
+
+def test_resume_continues_without_reseeding(tmp_path, quick_tasks):
+    archive = run_once(tmp_path, quick_tasks, budget=3)
+    first = len(programs(archive))
+    archive = run_once(tmp_path, quick_tasks, budget=6, resume_count=1)
+    rows = programs(archive)
+    assert sum(r.operator == "seed" for r in rows) == 2
+    assert archive.child_evaluation_count() == 6 and len(rows) > first
+
+
+def test_programs_in_flight_at_a_crash_are_evaluated_on_resume(tmp_path, quick_tasks):
+    archive = run_once(tmp_path, quick_tasks, budget=2)
+    seed = next(r for r in programs(archive) if r.operator == "seed" and r.task == "gelu")
+    orphan = archive.add_program(task="gelu", island=1, generation=1, operator="constants",
+                                 source=seed.source.replace("BLOCK_SIZE = 1024", "BLOCK_SIZE = 512"),
+                                 parent_ids=(seed.id,))
+    assert [p.id for p in archive.pending()] == [orphan.id]
+    archive = run_once(tmp_path, quick_tasks, budget=3, resume_count=1)
+    assert archive.pending() == [] and archive.get(orphan.id).result is not None
+    assert archive.child_evaluation_count() == 3
+
+
+def test_zero_budget_only_evaluates_seeds(tmp_path, quick_tasks):
+    archive = run_once(tmp_path, quick_tasks, budget=0)
+    assert [r.operator for r in programs(archive)] == ["seed", "seed"]

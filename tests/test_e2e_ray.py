@@ -1,0 +1,39 @@
+"""One end-to-end search with Ray actors and the loopback LLM server."""
+import json
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.llm_server import ScriptedLLMServer
+
+
+@pytest.mark.slow
+def test_search_with_ray_islands_and_an_llm_operator(tmp_path):
+    run_dir = tmp_path / "run"
+    with ScriptedLLMServer() as server:
+        out = subprocess.run(
+            [sys.executable, "-m", "evo.cli", "run", f"run.dir={run_dir}", "task=quick",
+             "run.budget.evaluations=8", "evaluator.device=cpu", "islands.count=2",
+             "islands.migration.interval=4", "llm.model=openai/scripted", f"llm.api_base={server.api_base}",
+             "operators.constants.weight=1", "operators.llm_rewrite.weight=3", "run.progress=false"],
+            capture_output=True, text=True, timeout=600)
+        requests = len(server.requests)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "LLM:" in out.stdout and requests >= 2  # the start-up check and at least one rewrite
+    db = create_engine(f"sqlite:///{run_dir / 'archive.db'}")
+    with db.connect() as c:
+        operators = dict(c.execute(text("select operator, count(*) from programs group by operator")).all())
+        islands = {row[0] for row in c.execute(text("select island from programs where operator != 'seed'"))}
+        calls = c.execute(text("select count(*), sum(error = '') from llm_calls")).one()
+        migrations = c.execute(text("select count(*) from migrations")).scalar()
+        children = c.execute(text(
+            "select count(*) from evaluations e join programs p on p.id = e.program_id "
+            "where p.operator != 'seed'")).scalar()
+    assert children == 8 and operators["seed"] == 2
+    assert operators.get("llm_rewrite", 0) >= 1 and islands == {0, 1}
+    assert calls[0] >= 1 and calls[1] == calls[0]
+    assert migrations >= 1
+    events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert events.count("evaluated") == 10

@@ -1,0 +1,141 @@
+"""The evaluator in its sandbox, on the CPU through Triton's interpreter."""
+import os
+
+import pytest
+
+from evaluator import EvalResult, Evaluator, EvaluatorSettings, Status
+from evaluator.sandbox import worker_environment
+
+TASK = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+def get_inputs(n=1000):
+    return [torch.randn(n)]
+
+def get_init_inputs():
+    return []
+
+SHAPES = [dict(n=127), dict(n=4097)]
+'''
+
+GOOD = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+BLOCK_SIZE = 256
+
+@triton.jit
+def double_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        PREPARE
+        double_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, BLOCK_SIZE=BLOCK_SIZE)
+        return out
+'''
+
+
+def candidate(prepare: str = "pass", body: str = GOOD) -> str:
+    return body.replace("PREPARE", prepare)
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    ev = Evaluator(EvaluatorSettings(device="cpu", timeout_s=20), "cpu")
+    yield ev
+    ev.close()
+
+
+def test_correct_candidate_is_timed_side_by_side(evaluator):
+    result = evaluator.evaluate("double", TASK, candidate())
+    assert result.status is Status.CORRECT, result.reason
+    assert result.shapes_checked == 2
+    assert result.runtime_ms > 0 and result.ref_runtime_ms > 0
+    assert result.speedup == pytest.approx(result.ref_runtime_ms / result.runtime_ms)
+    assert result.timing_representative is False and "interpreter" in result.device
+
+
+@pytest.mark.parametrize("change, status, reason", [
+    ("out = out", Status.CORRECT, "matched"),
+    ("out = torch.zeros_like(x); n = n - 1 if n > 200 else n", Status.INCORRECT, "shape {'n': 4097}"),
+    ("x.mul_(1.0001)", Status.INCORRECT, ""),  # modifies its input
+    ("raise ValueError('boom')", Status.RUNTIME_ERROR, "ValueError: boom"),
+    ("import os; os.kill(os.getpid(), 9)", Status.CRASHED, "signal 9"),
+    ("import time; time.sleep(60)", Status.TIMEOUT, "process group killed"),
+])
+def test_failures_are_classified(evaluator, change, status, reason):
+    result = evaluator.evaluate("double", TASK, candidate(change))
+    assert result.status is status, result.reason
+    assert reason in result.reason
+
+
+def test_unwritten_output_is_incorrect(evaluator):
+    lazy = candidate().replace("double_kernel[(triton.cdiv(n, BLOCK_SIZE),)]", "(lambda *a, **k: None)")
+    lazy = lazy.replace("torch.empty_like(x)", "torch.zeros_like(x)")
+    assert evaluator.evaluate("double", TASK, lazy).status is Status.INCORRECT
+
+
+def test_compile_errors(evaluator):
+    assert evaluator.evaluate("double", TASK, candidate().replace("def forward", "def forward(")).status \
+        is Status.COMPILE_ERROR
+    broken_kernel = candidate().replace("tl.arange(0, BLOCK_SIZE)", "tl.arange(0, BLOCK_SIZE) + undefined_name")
+    result = evaluator.evaluate("double", TASK, broken_kernel)
+    assert result.status in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR)
+    assert "undefined_name" in result.error
+
+
+def test_candidates_without_a_triton_kernel_are_rejected(evaluator):
+    torch_only = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2.0\n"
+    result = evaluator.evaluate("double", TASK, torch_only)
+    assert result.status is Status.REJECTED and "Triton kernel" in result.reason
+    assert evaluator.evaluate("double", TASK, "x = 1\n").status is Status.REJECTED
+
+
+def test_worker_survives_bad_candidates(evaluator):
+    evaluator.evaluate("double", TASK, candidate("import os; os._exit(3)"))
+    assert evaluator.evaluate("double", TASK, candidate()).status is Status.CORRECT
+
+
+def test_secrets_never_reach_the_candidate(evaluator, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok")
+    env = worker_environment("cpu", None, __import__("pathlib").Path("/tmp"), __import__("pathlib").Path("/tmp"))
+    assert "OPENAI_API_KEY" not in env and "MY_SERVICE_TOKEN" not in env
+    evaluator.worker.close()  # a fresh worker started under the secret-laden environment
+    leak = candidate("import os\n        assert not any('KEY' in k or 'TOKEN' in k for k in os.environ), 'leak'")
+    result = evaluator.evaluate("double", TASK, leak)
+    assert result.status is Status.CORRECT, result.reason
+
+
+def test_check_task_reports_a_failing_reference(evaluator):
+    assert evaluator.check_task("double", TASK)["ok"]
+    failing = TASK.replace("return x * 2.0", "raise RuntimeError('reference broke')")
+    check = evaluator.check_task("double", failing)
+    assert not check["ok"] and "reference broke" in check["error"]
+    constant = TASK.replace("return x * 2.0", "return torch.ones(3)")
+    assert evaluator.check_task("double", constant)["warnings"]
+
+
+def test_result_round_trips_through_a_dict():
+    result = EvalResult(status=Status.CORRECT, speedup=1.5, runtime_ms=1.0, ref_runtime_ms=1.5)
+    assert EvalResult.from_dict(result.to_dict()) == result
+
+
+def test_settings_are_validated():
+    with pytest.raises(ValueError, match="auto, cpu or cuda"):
+        EvaluatorSettings(device="tpu")
+    with pytest.raises(ValueError, match="seed"):
+        EvaluatorSettings(seeds=())
+    assert os.environ.get("TRITON_INTERPRET") == "1"

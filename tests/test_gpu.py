@@ -1,0 +1,37 @@
+"""On a CUDA GPU: seeds are correct on every shape, timings are representative."""
+import pytest
+
+from evaluator import Evaluator, EvaluatorSettings, Status
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpu_evaluator():
+    evaluator = Evaluator(EvaluatorSettings(device="cuda", timeout_s=300), "cuda", 0)
+    yield evaluator
+    evaluator.close()
+
+
+def test_every_seed_is_correct_and_timed_on_the_gpu(gpu_evaluator, builtin_tasks):
+    for task in builtin_tasks.values():
+        result = gpu_evaluator.evaluate(task.name, task.source, task.seeds[0])
+        assert result.status is Status.CORRECT, (task.name, result.reason, result.error)
+        assert result.timing_representative and "cpu" not in result.device.lower()
+        assert result.shapes_checked >= 4  # the large shapes run too
+        assert 0.05 < result.speedup < 20, (task.name, result.speedup)
+
+
+def test_a_hanging_kernel_is_killed_on_the_gpu(builtin_tasks):
+    evaluator = Evaluator(EvaluatorSettings(device="cuda", timeout_s=20), "cuda", 0)
+    task = builtin_tasks["gelu"]
+    line = "    pid = tl.program_id(0).to(tl.int64)\n"
+    # An atomic in the loop: a side effect the compiler may not remove.
+    spin = task.seeds[0].replace(line, line + "    while pid >= 0:\n        tl.atomic_add(out_ptr, 0.0)\n")
+    try:
+        if spin == task.seeds[0]:
+            pytest.skip("seed layout changed")
+        assert evaluator.evaluate(task.name, task.source, spin).status is Status.TIMEOUT
+        assert evaluator.evaluate(task.name, task.source, task.seeds[0]).status is Status.CORRECT
+    finally:
+        evaluator.close()

@@ -1,0 +1,46 @@
+from evo.kernel_source import find_tunables, normalized_hash, with_values
+
+SOURCE = '''
+import triton
+BLOCK_SIZE = 256  # tunable
+NUM_WARPS = 4
+NUM_STAGES = 2
+not_tunable = 7
+EPS = 1
+
+def launch(kernel, x):
+    kernel[(1,)](x, BLOCK_M=64, num_warps=8, num_stages=3, other=5)
+'''
+
+
+def test_finds_module_constants_and_launch_keywords():
+    found = [(t.name, t.kind, t.value) for t in find_tunables(SOURCE)]
+    assert found == [
+        ("BLOCK_SIZE", "block", 256), ("NUM_WARPS", "warps", 4), ("NUM_STAGES", "stages", 2),
+        ("BLOCK_M", "block", 64), ("num_warps", "warps", 8), ("num_stages", "stages", 3),
+    ]
+
+
+def test_with_values_rewrites_only_the_literals():
+    tunables = {t.name: t for t in find_tunables(SOURCE)}
+    new = with_values(SOURCE, {tunables["BLOCK_SIZE"]: 1024, tunables["num_warps"]: 2})
+    assert "BLOCK_SIZE = 1024  # tunable" in new
+    assert "num_warps=2, num_stages=3" in new
+    assert new.count("\n") == SOURCE.count("\n")
+
+
+def test_non_ascii_source_offsets():
+    source = "# café — ünïcode\nBLOCK_SIZE = 128  # ß\n"
+    (t,) = find_tunables(source)
+    assert with_values(source, {t: 64}) == "# café — ünïcode\nBLOCK_SIZE = 64  # ß\n"
+
+
+def test_unparsable_source_has_no_tunables():
+    assert find_tunables("def (:") == []
+
+
+def test_normalized_hash_ignores_comments_and_formatting():
+    a = "x = 1\n\n# comment\ny = x  +  2\n"
+    b = "x = 1\ny = x + 2  # other comment\n"
+    assert normalized_hash(a) == normalized_hash(b)
+    assert normalized_hash(a) != normalized_hash("x = 2\ny = x + 2\n")
