@@ -12,9 +12,9 @@ LOCAL = ["run.backend=local", "evaluator.device=cpu", "run.progress=false"]
 QUICK = ["task=quick", *LOCAL]
 
 
-def evo(*args, timeout=300):
+def evo(*args, timeout=300, cwd=None):
     return subprocess.run([sys.executable, "-m", "evo.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, cwd=cwd)
 
 
 def test_eval_prints_one_json_object_last():
@@ -37,8 +37,9 @@ def test_eval_reports_a_broken_candidate(tmp_path):
 
 def test_run_then_continue_then_status(tmp_path):
     run_dir = tmp_path / "run"
-    first = evo("run", f"run.dir={run_dir}", "run.budget.evaluations=2", *QUICK)
+    first = evo("run", f"run.dir={run_dir}", "run.budget.evaluations=2", *QUICK, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # nothing written outside run.dir
     assert "starting run" in first.stdout and "gelu" in first.stdout and "row_sum" in first.stdout
     assert {"archive.db", "config.yaml", "run.json", "events.jsonl"} <= {p.name for p in run_dir.iterdir()}
     second = evo("run", f"run.dir={run_dir}", "run.budget.evaluations=4", *QUICK)
