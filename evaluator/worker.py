@@ -20,6 +20,17 @@ import time
 from pathlib import Path
 
 FILE_SIZE_LIMIT = 1 << 30  # a runaway candidate cannot fill the disk
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (no orphans left running)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the timeouts still apply
+        pass
 
 
 def _send(stream, message: dict) -> None:
@@ -35,14 +46,17 @@ def _tail(path: Path, limit: int = 3000) -> str:
     return data.decode("utf-8", "replace")
 
 
-def _child(request: dict, write_fd: int, log_path: Path) -> None:
+def _child(request: dict, write_fd: int, log_path: Path, cpu_limit_s: int) -> None:
     os.setsid()
+    die_with_parent()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+    # A backstop should the worker itself be stopped before it can enforce the timeout.
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit_s, cpu_limit_s))
     from evaluator import harness
 
     try:
@@ -66,7 +80,7 @@ def run_isolated(request: dict, scratch: Path) -> dict:
         code = 0
         try:
             os.close(read_fd)
-            _child(request, write_fd, log_path)
+            _child(request, write_fd, log_path, int(2 * timeout_s) + 60)
         except BaseException:
             code = 70
         finally:
@@ -106,6 +120,7 @@ def run_isolated(request: dict, scratch: Path) -> dict:
 
 
 def main() -> None:
+    die_with_parent()
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # stray prints must not corrupt the protocol stream
     scratch = Path(os.environ.get("EVO_SCRATCH", os.getcwd()))

@@ -45,10 +45,10 @@ def _run_main() -> None:
         from evo.runner import run_search
 
         hydra_cfg = HydraConfig.get()
-        # In a sweep every job gets its own run dir under hydra.sweep.dir.
-        run_dir = hydra_cfg.runtime.output_dir if hydra_cfg.mode == RunMode.MULTIRUN else None
+        if hydra_cfg.mode == RunMode.MULTIRUN:  # every sweep job gets its own run dir under hydra.sweep.dir
+            cfg.run.dir = hydra_cfg.runtime.output_dir
         try:
-            run_search(build(cfg, run_dir), to_yaml(cfg))
+            run_search(build(cfg), to_yaml(cfg))
         except EvoError as exc:
             sys.exit(_fail(str(exc)))
 

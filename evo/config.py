@@ -72,8 +72,8 @@ def _operators(cfg: DictConfig, llm: LLMClient | None) -> tuple[list[Operator], 
     return operators, weights
 
 
-def build(cfg: DictConfig, run_dir: str | None = None) -> Components:
-    run_dir = run_dir or str(cfg.run.dir)
+def build(cfg: DictConfig) -> Components:
+    run_dir = str(cfg.run.dir)
     if cfg.run.backend not in ("ray", "local"):
         raise ConfigError(f"run.backend must be ray or local, not {cfg.run.backend!r}")
     if int(cfg.islands.count) < 1:

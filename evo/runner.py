@@ -77,7 +77,8 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
     previous = json.loads((run_dir / RUN_FILE).read_text()) if resuming else {}
     resume_count = int(previous.get("resumes", -1)) + 1
     console.print(f"{'resuming' if resuming else 'starting'} run in {run_dir}: {len(names)} tasks, "
-                  f"{c.island_count} islands, device {device}" + (f" ({gpus} GPUs)" if gpus else ""))
+                  f"{c.island_count} islands, device {device}" + (f" ({gpus} GPUs)" if gpus else ""),
+                  soft_wrap=True)
     backend = _make_backend(c, device, gpus, resume_count)
     try:
         for task in c.tasks:

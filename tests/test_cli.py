@@ -49,6 +49,18 @@ def test_run_then_continue_then_status(tmp_path):
     assert status.returncode == 0 and "children evaluated: 4; resumes: 1" in status.stdout
 
 
+def test_multirun_sweep_gives_each_job_its_own_run_dir(tmp_path):
+    out = evo("run", "-m", "run.budget.evaluations=1", "islands.count=1,2", *QUICK, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (sweep,) = (tmp_path / "multirun").iterdir()
+    runs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert [p.name for p in runs] == ["0", "1"]
+    for run in runs:
+        assert f"dir: {run}" in (run / "config.yaml").read_text()
+        status = evo("status", f"run.dir={run}")
+        assert status.returncode == 0 and "children evaluated: 1" in status.stdout
+
+
 BROKEN_REFERENCE = '''
 import torch
 import torch.nn as nn
