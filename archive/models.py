@@ -32,6 +32,7 @@ class ProgramRow(Base):
     operator: Mapped[str] = mapped_column(String(64))
     source: Mapped[str] = mapped_column(Text)
     source_hash: Mapped[str] = mapped_column(String(64))
+    cell_key: Mapped[str | None] = mapped_column(String(256), nullable=True)  # its MAP-Elites cell
     created_at: Mapped[float] = mapped_column(Float, default=time.time)
     __table_args__ = (Index("ix_programs_task_hash", "task", "source_hash"),)
 
@@ -41,7 +42,7 @@ class LineageRow(Base):
 
     __tablename__ = "lineage"
     child_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), primary_key=True)
-    parent_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), primary_key=True)
+    parent_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), primary_key=True, index=True)
     role: Mapped[str] = mapped_column(String(16), primary_key=True)
 
 
@@ -102,4 +103,19 @@ class LLMCallRow(Base):
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
     latency_s: Mapped[float] = mapped_column(Float, default=0.0)
     error: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float, default=time.time)
+
+
+class StatsRow(Base):
+    """Quality-diversity figures of one task (island -1: all islands) at a point of the run."""
+
+    __tablename__ = "stats_history"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task: Mapped[str] = mapped_column(String(128), index=True)
+    island: Mapped[int] = mapped_column(Integer)
+    children_done: Mapped[int] = mapped_column(Integer)
+    cells: Mapped[int] = mapped_column(Integer)
+    coverage: Mapped[float] = mapped_column(Float)
+    qd_score: Mapped[float] = mapped_column(Float)
+    best_speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[float] = mapped_column(Float, default=time.time)

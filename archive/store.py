@@ -5,22 +5,49 @@ transaction.  SQLite runs in WAL mode; any SQLAlchemy URL works.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import enum
 import time
+from collections import OrderedDict
 
 import numpy as np
-from sqlalchemy import create_engine, event, func, select
+from sqlalchemy import bindparam, create_engine, event, func, insert, select, update
 from sqlalchemy.exc import DatabaseError, OperationalError
-from sqlalchemy.orm import Session, sessionmaker
 
-from archive.descriptors import DEFAULT_DESCRIPTORS, cell_key, describe, grid_size
+from evo.descriptors import DEFAULT_DESCRIPTORS, cell_key, describe, grid_size, parse_cell_key
 from archive.models import (
     SCHEMA_VERSION, Base, CellRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow,
+    StatsRow,
 )
 from evaluator.result import EvalResult, Status
 from evo.errors import EvoError
 from evo.kernel_source import normalized_hash
 from evo.program import Program
+from evo.selection import EliteCell, Selection, Uniform
+
+
+_META, _PROGRAMS, _LINEAGE, _EVALUATIONS, _CELLS, _MIGRATIONS, _LLM_CALLS, _STATS = (
+    t.__table__ for t in (MetaRow, ProgramRow, LineageRow, EvaluationRow, CellRow, MigrationRow, LLMCallRow,
+                          StatsRow))
+
+
+# Hot statements are built once with bind parameters: building a statement per call
+# (``.values(...)``, ``.where(...)``) costs more than running it.
+_INSERT_PROGRAM = insert(_PROGRAMS)
+_INSERT_LINEAGE = insert(_LINEAGE)
+_INSERT_EVALUATION = insert(_EVALUATIONS)
+_CELL_WHERE = (_CELLS.c.task == bindparam("t"), _CELLS.c.island == bindparam("i"), _CELLS.c.key == bindparam("k"))
+_INSERT_CELL = insert(_CELLS)
+_UPDATE_CELL = update(_CELLS).where(*_CELL_WHERE).values(
+    program_id=bindparam("pid"), fitness=bindparam("f"), updated_at=bindparam("now"))
+_CHILD_COUNTS = (select(_LINEAGE.c.parent_id, func.count()).where(
+    _LINEAGE.c.parent_id.in_(bindparam("ids", expanding=True)), _LINEAGE.c.role == "parent")
+    .group_by(_LINEAGE.c.parent_id))
+UNIFORM = Uniform()
+_PROGRAM_CACHE_SIZE = 4096
+_FIND_HASH = select(_PROGRAMS.c.id).where(_PROGRAMS.c.task == bindparam("t"),
+                                          _PROGRAMS.c.source_hash == bindparam("h")).limit(1)
 
 
 class ArchiveError(EvoError):
@@ -43,15 +70,26 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
 
 
 class Archive:
-    """Programs, evaluations, lineage and per-(task, island) MAP-Elites cells."""
+    """Programs, evaluations, lineage and per-(task, island) MAP-Elites cells.
+
+    Hot paths (inserts, sampling) use SQLAlchemy Core statements: one
+    short transaction each, no ORM unit of work.
+    """
 
     def __init__(self, url: str, *, descriptors=DEFAULT_DESCRIPTORS):
         self.url = url
         self.descriptors = tuple(descriptors)
-        self.engine = create_engine(url)
-        if url.startswith("sqlite"):
+        sqlite = url.startswith("sqlite")
+        # One owner, one connection: no pool checkout and reset around every short transaction.
+        self.engine = create_engine(url, connect_args={"check_same_thread": False} if sqlite else {})
+        if sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        self._session = sessionmaker(self.engine, expire_on_commit=False)
+        self._conn = None
+        # Write-through caches, coherent because this object is the database's only writer:
+        # the cells of each task, and evaluated programs (immutable once evaluated).
+        self._cells: dict[str, dict[tuple[int, str], tuple[int, float]]] = {}
+        self._staged: list[tuple[str, int, str, int, float]] = []
+        self._evaluated: OrderedDict[int, Program] = OrderedDict()
         try:
             Base.metadata.create_all(self.engine)
             version = self.get_meta("schema_version")
@@ -65,152 +103,236 @@ class Archive:
         except (DatabaseError, OperationalError) as exc:
             raise ArchiveError(f"cannot open archive {url}: {exc.orig}") from exc
 
+    @contextlib.contextmanager
+    def _tx(self):
+        """One transaction on the archive's connection (reads too, so no snapshot stays open)."""
+        if self._conn is None:
+            self._conn = self.engine.connect()
+        with self._conn.begin():
+            yield self._conn
+
+    @contextlib.contextmanager
+    def _write(self):
+        """A write transaction; cell changes reach the cache only once it has committed."""
+        self._staged.clear()
+        try:
+            with self._tx() as c:
+                yield c
+        except BaseException:
+            self._staged.clear()
+            raise
+        for task, island, key, program_id, fitness in self._staged:
+            if task in self._cells:
+                self._cells[task][(island, key)] = (program_id, fitness)
+        self._staged.clear()
+
     def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        # Write-through caches, coherent because this object is the database's only writer:
+        # the cells of each task, and evaluated programs (immutable once evaluated).
+        self._cells: dict[str, dict[tuple[int, str], tuple[int, float]]] = {}
+        self._staged: list[tuple[str, int, str, int, float]] = []
+        self._evaluated: OrderedDict[int, Program] = OrderedDict()
         self.engine.dispose()
 
     # -- run metadata -------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
-        with self._session() as s:
-            row = s.get(MetaRow, key)
-            return row.value if row else None
+        with self._tx() as c:
+            return c.scalar(select(_META.c.value).where(_META.c.key == key))
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._session.begin() as s:
-            s.merge(MetaRow(key=key, value=value))
+        with self._tx() as c:
+            if c.execute(update(_META).where(_META.c.key == key).values(value=value)).rowcount == 0:
+                c.execute(insert(_META).values(key=key, value=value))
 
     # -- programs -----------------------------------------------------------
     def add_program(self, *, task: str, island: int, generation: int, operator: str, source: str,
-                    parent_ids=(), inspiration_ids=()) -> Program:
-        with self._session.begin() as s:
-            row = ProgramRow(task=task, island=island, generation=generation, operator=operator,
-                             source=source, source_hash=normalized_hash(source), created_at=time.time())
-            s.add(row)
-            s.flush()
-            for role, ids in (("parent", parent_ids), ("inspiration", inspiration_ids)):
-                for pid in dict.fromkeys(ids):
-                    s.add(LineageRow(child_id=row.id, parent_id=pid, role=role))
-        return Program(id=row.id, task=task, island=island, generation=generation, operator=operator,
-                       source=source, parent_ids=tuple(parent_ids), inspiration_ids=tuple(inspiration_ids))
+                    parent_ids=(), inspiration_ids=(), source_hash: str | None = None,
+                    descriptors: dict[str, str] | None = None) -> Program:
+        """Store a new program; ``source_hash`` and ``descriptors`` are computed here when not given."""
+        source_hash = source_hash or normalized_hash(source)
+        descriptors = descriptors or describe(source, self.descriptors)
+        with self._tx() as c:
+            pid = c.execute(_INSERT_PROGRAM, dict(
+                task=task, island=island, generation=generation, operator=operator, source=source,
+                source_hash=source_hash, cell_key=cell_key(descriptors), created_at=time.time())
+            ).inserted_primary_key[0]
+            links = [dict(child_id=pid, parent_id=p, role=role)
+                     for role, ids in (("parent", parent_ids), ("inspiration", inspiration_ids))
+                     for p in dict.fromkeys(ids)]
+            if links:
+                c.execute(_INSERT_LINEAGE, links)
+        return Program(id=pid, task=task, island=island, generation=generation, operator=operator,
+                       source=source, parent_ids=tuple(parent_ids), inspiration_ids=tuple(inspiration_ids),
+                       source_hash=source_hash, descriptors=descriptors)
 
-    def find_duplicate(self, task: str, source: str) -> int | None:
+    def find_duplicate(self, task: str, source: str, source_hash: str | None = None) -> int | None:
         """Id of an archived program of ``task`` with the same normalised source."""
-        with self._session() as s:
-            return s.scalar(select(ProgramRow.id).where(
-                ProgramRow.task == task, ProgramRow.source_hash == normalized_hash(source)).limit(1))
+        with self._tx() as c:
+            return c.scalar(_FIND_HASH, dict(t=task, h=source_hash or normalized_hash(source)))
 
     def record_evaluation(self, program: Program, result: EvalResult) -> Insert:
         """Store the result and, if correct and best in its cell, make it the elite."""
         program.result = result
-        program.descriptors = describe(program.source, self.descriptors)
+        program.descriptors = program.descriptors or describe(program.source, self.descriptors)
+        key = cell_key(program.descriptors)  # normally stored with the program when it was added
         fields = result.to_dict()
         fields.pop("extra", None)
-        with self._session.begin() as s:
-            s.add(EvaluationRow(program_id=program.id, created_at=time.time(), **fields))
+        with self._write() as c:
+            c.execute(_INSERT_EVALUATION, dict(fields, program_id=program.id, created_at=time.time()))
             if not result.correct or result.speedup is None:
                 return Insert.NOT_ADDED
-            return self._place(s, program.task, program.island, program.id,
-                               cell_key(program.descriptors), result.speedup)
+            return self._place(c, program.task, program.island, program.id, key, result.speedup)
 
-    @staticmethod
-    def _place(s: Session, task: str, island: int, program_id: int, key: str, fitness: float) -> Insert:
-        cell = s.get(CellRow, (task, island, key))
-        if cell is None:
-            s.add(CellRow(task=task, island=island, key=key, program_id=program_id, fitness=fitness,
-                          updated_at=time.time()))
-            return Insert.NEW_CELL
-        if fitness > cell.fitness:
-            cell.program_id, cell.fitness, cell.updated_at = program_id, fitness, time.time()
-            return Insert.IMPROVED
-        return Insert.NOT_ADDED
+    def _place(self, c, task: str, island: int, program_id: int, key: str, fitness: float) -> Insert:
+        current = self._task_cells(c, task).get((island, key))
+        if current is None:
+            c.execute(_INSERT_CELL, dict(task=task, island=island, key=key, program_id=program_id,
+                                         fitness=fitness, updated_at=time.time()))
+            outcome = Insert.NEW_CELL
+        elif fitness > current[1]:
+            c.execute(_UPDATE_CELL, dict(t=task, i=island, k=key, pid=program_id, f=fitness, now=time.time()))
+            outcome = Insert.IMPROVED
+        else:
+            return Insert.NOT_ADDED
+        self._staged.append((task, island, key, program_id, fitness))
+        return outcome
+
+    def _task_cells(self, c, task: str) -> dict[tuple[int, str], tuple[int, float]]:
+        cells = self._cells.get(task)
+        if cells is None:
+            cells = {(island, key): (pid, fitness) for island, key, pid, fitness in c.execute(
+                select(_CELLS.c.island, _CELLS.c.key, _CELLS.c.program_id, _CELLS.c.fitness)
+                .where(_CELLS.c.task == task))}
+            self._cells[task] = cells
+        return cells
 
     def pending(self) -> list[Program]:
         """Programs with no evaluation yet: in flight when the run stopped."""
-        with self._session() as s:
-            evaluated = select(EvaluationRow.program_id)
-            rows = s.scalars(select(ProgramRow).where(ProgramRow.id.not_in(evaluated))
-                             .order_by(ProgramRow.id)).all()
-            return [self._program(s, r, with_result=False) for r in rows]
+        with self._tx() as c:
+            evaluated = select(_EVALUATIONS.c.program_id)
+            ids = c.scalars(select(_PROGRAMS.c.id).where(_PROGRAMS.c.id.not_in(evaluated))
+                            .order_by(_PROGRAMS.c.id)).all()
+            return self._programs(c, ids)
 
     def get(self, program_id: int) -> Program:
-        with self._session() as s:
-            return self._program(s, s.get(ProgramRow, program_id))
+        with self._tx() as c:
+            return self._programs(c, [program_id])[0]
 
-    def _program(self, s: Session, row: ProgramRow, with_result: bool = True) -> Program:
-        lineage = s.execute(select(LineageRow.parent_id, LineageRow.role)
-                            .where(LineageRow.child_id == row.id)).all()
-        result = None
-        if with_result:
-            ev = s.scalars(select(EvaluationRow).where(EvaluationRow.program_id == row.id)
-                           .order_by(EvaluationRow.id.desc()).limit(1)).first()
-            if ev is not None:
-                result = EvalResult.from_dict({c: getattr(ev, c) for c in EvalResult.__dataclass_fields__
-                                               if hasattr(ev, c)})
-        return Program(
-            id=row.id, task=row.task, island=row.island, generation=row.generation, operator=row.operator,
-            source=row.source, result=result,
-            parent_ids=tuple(p for p, role in lineage if role == "parent"),
-            inspiration_ids=tuple(p for p, role in lineage if role == "inspiration"),
-            descriptors=describe(row.source, self.descriptors),
-        )
+    _RESULT_FIELDS = tuple(f for f in EvalResult.__dataclass_fields__ if f != "extra")
+
+    def _programs(self, c, ids) -> list[Program]:
+        """Programs with their lineage and latest evaluation, in the order of ``ids`` (copies)."""
+        ids = list(ids)
+        missing = [i for i in ids if i not in self._evaluated]
+        loaded = {p.id: p for p in self._load_programs(c, missing)}
+        for p in loaded.values():
+            if p.result is not None:
+                self._evaluated[p.id] = p
+        while len(self._evaluated) > _PROGRAM_CACHE_SIZE:
+            self._evaluated.popitem(last=False)
+        found = [self._evaluated.get(i) or loaded.get(i) for i in ids]
+        return [dataclasses.replace(p) for p in found if p is not None]
+
+    def _load_programs(self, c, ids: list[int]) -> list[Program]:
+        if not ids:
+            return []
+        latest = (select(func.max(_EVALUATIONS.c.id)).where(_EVALUATIONS.c.program_id == _PROGRAMS.c.id)
+                  .correlate(_PROGRAMS).scalar_subquery())
+        rows = c.execute(select(_PROGRAMS, *(_EVALUATIONS.c[f] for f in self._RESULT_FIELDS))
+                         .outerjoin(_EVALUATIONS, _EVALUATIONS.c.id == latest)
+                         .where(_PROGRAMS.c.id.in_(ids))).mappings().all()
+        links: dict[int, list] = {}
+        for child, parent, role in c.execute(select(_LINEAGE.c.child_id, _LINEAGE.c.parent_id, _LINEAGE.c.role)
+                                             .where(_LINEAGE.c.child_id.in_(ids))):
+            links.setdefault(child, []).append((parent, role))
+        by_id = {}
+        for r in rows:
+            result = None
+            if r["status"] is not None:
+                result = EvalResult.from_dict({f: r[f] for f in self._RESULT_FIELDS})
+            lineage = links.get(r["id"], [])
+            by_id[r["id"]] = Program(
+                id=r["id"], task=r["task"], island=r["island"], generation=r["generation"],
+                operator=r["operator"], source=r["source"], result=result, source_hash=r["source_hash"],
+                parent_ids=tuple(p for p, role in lineage if role == "parent"),
+                inspiration_ids=tuple(p for p, role in lineage if role == "inspiration"),
+                descriptors=parse_cell_key(r["cell_key"]) if r["cell_key"] else {},
+            )
+        return list(by_id.values())
 
     # -- elites and sampling --------------------------------------------------
+    def _elite_cells(self, c, task: str, island: int | None = None) -> list[tuple[str, int, float]]:
+        """(key, program_id, fitness) per cell; over all islands, the best per key."""
+        best: dict[str, tuple[str, int, float]] = {}
+        for (cell_island, key), (program_id, fitness) in self._task_cells(c, task).items():
+            if island is not None and cell_island != island:
+                continue
+            if key not in best or fitness > best[key][2]:
+                best[key] = (key, program_id, fitness)
+        return sorted(best.values())
+
     def elites(self, task: str, island: int | None = None) -> list[Program]:
         """Elites of a task's cells (on one island, or the best per cell over all islands)."""
-        with self._session() as s:
-            query = select(CellRow).where(CellRow.task == task)
-            if island is not None:
-                query = query.where(CellRow.island == island)
-            best: dict[str, CellRow] = {}
-            for cell in s.scalars(query.order_by(CellRow.island, CellRow.key)):
-                if cell.key not in best or cell.fitness > best[cell.key].fitness:
-                    best[cell.key] = cell
-            return [self._program(s, s.get(ProgramRow, c.program_id)) for c in best.values()]
+        with self._tx() as c:
+            return self._programs(c, [pid for _, pid, _ in self._elite_cells(c, task, island)])
 
-    def sample_parent(self, task: str, island: int, rng: np.random.Generator) -> Program | None:
-        """A parent drawn uniformly from the island's elites (any island's if it has none)."""
-        pool = self.elites(task, island) or self.elites(task)
-        if not pool:
-            return None
-        return pool[int(rng.integers(len(pool)))]
+    def has_elites(self, task: str) -> bool:
+        with self._tx() as c:
+            return bool(self._task_cells(c, task))
+
+    def sample_parent(self, task: str, island: int, rng: np.random.Generator,
+                      selection: Selection = UNIFORM) -> Program | None:
+        """A parent chosen by ``selection`` among the island's elites (any island's if it has none)."""
+        with self._tx() as c:
+            cells = self._elite_cells(c, task, island) or self._elite_cells(c, task)
+            if not cells:
+                return None
+            children = {}
+            if selection.needs_children:
+                children = dict(c.execute(_CHILD_COUNTS, dict(ids=[pid for _, pid, _ in cells])).all())
+            elites = [EliteCell(key, pid, fitness, children.get(pid, 0)) for key, pid, fitness in cells]
+            pick = selection.pick(elites, rng, self.descriptors, {key for key, _, _ in cells})
+            return self._programs(c, [pick.program_id])[0]
 
     def inspirations(self, task: str, exclude: int, k: int, rng: np.random.Generator) -> list[Program]:
         """Up to ``k`` other elites of the task: the best first, then random ones."""
-        pool = [p for p in self.elites(task) if p.id != exclude]
-        if len(pool) <= k:
-            return pool
-        pool.sort(key=lambda p: p.fitness or 0.0, reverse=True)
-        rest = pool[1:]
-        picks = rng.choice(len(rest), size=k - 1, replace=False) if k > 1 else []
-        return [pool[0], *(rest[int(i)] for i in picks)]
+        with self._tx() as c:
+            cells = sorted((cell for cell in self._elite_cells(c, task) if cell[1] != exclude),
+                           key=lambda cell: cell[2], reverse=True)
+            if len(cells) > k:
+                rest = cells[1:]
+                picks = rng.choice(len(rest), size=k - 1, replace=False) if k > 1 else []
+                cells = [cells[0], *(rest[int(i)] for i in picks)]
+            return self._programs(c, [pid for _, pid, _ in cells])
 
     def migrate(self, task: str, src_island: int, dst_island: int, count: int) -> int:
         """Copy the ``count`` best elites of one island into another's cells; returns how many moved in."""
         moved = 0
-        with self._session.begin() as s:
-            cells = s.scalars(select(CellRow).where(CellRow.task == task, CellRow.island == src_island)
-                              .order_by(CellRow.fitness.desc()).limit(count)).all()
-            for cell in cells:
-                if self._place(s, task, dst_island, cell.program_id, cell.key, cell.fitness) is not Insert.NOT_ADDED:
-                    s.add(MigrationRow(program_id=cell.program_id, task=task, src_island=src_island,
-                                       dst_island=dst_island, created_at=time.time()))
+        with self._write() as c:
+            cells = sorted(((key, pid, fitness) for (island, key), (pid, fitness) in self._task_cells(c, task).items()
+                            if island == src_island), key=lambda cell: cell[2], reverse=True)[:count]
+            for key, program_id, fitness in cells:
+                if self._place(c, task, dst_island, program_id, key, fitness) is not Insert.NOT_ADDED:
+                    c.execute(insert(_MIGRATIONS).values(program_id=program_id, task=task, src_island=src_island,
+                                                         dst_island=dst_island, created_at=time.time()))
                     moved += 1
         return moved
 
     # -- statistics -----------------------------------------------------------
     def stats(self, task: str) -> dict:
         """Counts and quality-diversity figures of one task over all islands."""
-        with self._session() as s:
-            programs = s.scalar(select(func.count()).select_from(ProgramRow).where(ProgramRow.task == task))
-            evals = s.execute(
-                select(EvaluationRow.status, func.count()).join(ProgramRow, ProgramRow.id == EvaluationRow.program_id)
-                .where(ProgramRow.task == task).group_by(EvaluationRow.status)).all()
-            seed_speedup = s.scalar(
-                select(func.max(EvaluationRow.speedup)).join(ProgramRow, ProgramRow.id == EvaluationRow.program_id)
-                .where(ProgramRow.task == task, ProgramRow.operator == "seed",
-                       EvaluationRow.status == Status.CORRECT.value))
-        by_status = dict(evals)
-        elites = self.elites(task)
-        fitness = [p.fitness for p in elites if p.fitness is not None]
+        P, E = _PROGRAMS.c, _EVALUATIONS.c
+        with self._tx() as c:
+            programs = c.scalar(select(func.count()).select_from(_PROGRAMS).where(P.task == task))
+            by_status = dict(c.execute(select(E.status, func.count()).join(_PROGRAMS, P.id == E.program_id)
+                                       .where(P.task == task).group_by(E.status)).all())
+            seed_speedup = c.scalar(select(func.max(E.speedup)).join(_PROGRAMS, P.id == E.program_id)
+                                    .where(P.task == task, P.operator == "seed",
+                                           E.status == Status.CORRECT.value))
+            fitness = [f for _, _, f in self._elite_cells(c, task)]
         return {
             "programs": programs,
             "evaluations": sum(by_status.values()),
@@ -218,36 +340,59 @@ class Archive:
             "by_status": by_status,
             "best_speedup": max(fitness) if fitness else None,
             "seed_speedup": seed_speedup,
-            "cells": len(elites),
-            "coverage": len(elites) / grid_size(self.descriptors),
+            "cells": len(fitness),
+            "coverage": len(fitness) / grid_size(self.descriptors),
             "qd_score": float(sum(fitness)),
         }
 
+    def qd_figures(self, task: str, island: int | None = None) -> dict:
+        """Cells, coverage, QD-score (sum of elite speedups) and best, of one island or all."""
+        with self._tx() as c:
+            fitness = [f for _, _, f in self._elite_cells(c, task, island)]
+        return {"cells": len(fitness), "coverage": len(fitness) / grid_size(self.descriptors),
+                "qd_score": float(sum(fitness)), "best_speedup": max(fitness) if fitness else None}
+
+    def record_stats(self, task: str, islands: int, children_done: int) -> None:
+        """Append the task's figures, per island and over all (island -1), to the history."""
+        now = time.time()
+        rows = [dict(self.qd_figures(task, island), task=task, island=-1 if island is None else island,
+                     children_done=children_done, created_at=now)
+                for island in (None, *range(islands))]
+        with self._tx() as c:
+            c.execute(insert(_STATS), rows)
+
+    def stats_history(self, task: str, island: int = -1) -> list[dict]:
+        with self._tx() as c:
+            rows = c.execute(select(_STATS).where(_STATS.c.task == task, _STATS.c.island == island)
+                             .order_by(_STATS.c.id)).mappings().all()
+        return [dict(r) for r in rows]
+
     def child_evaluation_count(self) -> int:
         """Evaluations of programs the search made (seeds excluded): the budget's unit."""
-        with self._session() as s:
-            return s.scalar(select(func.count()).select_from(EvaluationRow)
-                            .join(ProgramRow, ProgramRow.id == EvaluationRow.program_id)
-                            .where(ProgramRow.operator != "seed"))
+        with self._tx() as c:
+            return c.scalar(select(func.count()).select_from(_EVALUATIONS)
+                            .join(_PROGRAMS, _PROGRAMS.c.id == _EVALUATIONS.c.program_id)
+                            .where(_PROGRAMS.c.operator != "seed"))
 
     def has_programs(self, task: str) -> bool:
-        with self._session() as s:
-            return s.scalar(select(ProgramRow.id).where(ProgramRow.task == task).limit(1)) is not None
+        with self._tx() as c:
+            return c.scalar(select(_PROGRAMS.c.id).where(_PROGRAMS.c.task == task).limit(1)) is not None
 
     def record_llm_calls(self, calls: list[dict], *, task: str, island: int, operator: str,
                          program_id: int | None) -> None:
         if not calls:
             return
-        known = set(LLMCallRow.__table__.columns.keys())
-        with self._session.begin() as s:
-            for call in calls:
-                fields = {k: v for k, v in call.items() if k in known}
-                s.add(LLMCallRow(task=task, island=island, operator=operator, program_id=program_id,
-                                 created_at=time.time(), **fields))
+        known = set(_LLM_CALLS.columns.keys())
+        rows = [dict({k: v for k, v in call.items() if k in known}, task=task, island=island, operator=operator,
+                     program_id=program_id, created_at=time.time()) for call in calls]
+        with self._tx() as c:
+            for row in rows:
+                c.execute(insert(_LLM_CALLS).values(**row))
 
     def llm_spend(self) -> dict:
-        with self._session() as s:
-            calls, cost, errors = s.execute(select(
-                func.count(LLMCallRow.id), func.coalesce(func.sum(LLMCallRow.cost_usd), 0.0),
-                func.count(LLMCallRow.id).filter(LLMCallRow.error != ""))).one()
+        L = _LLM_CALLS.c
+        with self._tx() as c:
+            calls, cost, errors = c.execute(select(
+                func.count(L.id), func.coalesce(func.sum(L.cost_usd), 0.0),
+                func.count(L.id).filter(L.error != ""))).one()
         return {"calls": calls, "cost_usd": float(cost), "errors": errors}

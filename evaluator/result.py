@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 
 class Status(str, enum.Enum):
@@ -42,8 +42,9 @@ class EvalResult:
         return self.status is Status.CORRECT
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}  # shallow: all plain values
         data["status"] = self.status.value
+        data["extra"] = dict(self.extra)
         return data
 
     @classmethod

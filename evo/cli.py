@@ -103,7 +103,10 @@ def eval_command(args: list[str]) -> int:
 
 
 def status_command(args: list[str]) -> int:
+    from omegaconf import OmegaConf
+
     from archive import Archive
+    from evo.descriptors import by_names
     from evo.runner import RUN_FILE
     from evo.summary import summary_rows, summary_table
 
@@ -116,10 +119,11 @@ def status_command(args: list[str]) -> int:
         return _fail(f"{run_dir} holds no evo run (no {RUN_FILE})")
     try:
         info = json.loads(marker.read_text())
-        archive = Archive(f"sqlite:///{run_dir / 'archive.db'}")
+        descriptors = by_names(OmegaConf.load(run_dir / "config.yaml").archive.descriptors)
+        archive = Archive(f"sqlite:///{run_dir / 'archive.db'}", descriptors=descriptors)
         rows = summary_rows(archive, info["tasks"])
         spend = archive.llm_spend()
-    except (EvoError, ValueError, KeyError) as exc:
+    except (EvoError, ValueError, KeyError, OSError) as exc:
         return _fail(f"cannot read the run in {run_dir}: {exc}")
     console = Console()
     console.print(summary_table(rows, title=f"evo run {run_dir} ({info.get('device', '?')})"))

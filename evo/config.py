@@ -15,7 +15,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from evaluator import EvaluatorSettings
 from evo.controller import RunSettings
+from evo.descriptors import Descriptor, by_names
 from evo.errors import ConfigError, EvoError
+from evo.selection import Selection
 from evo.task import Task
 from islands.migration import MigrationSettings
 from islands.ray_backend import RaySettings
@@ -36,6 +38,8 @@ class Components:
     ray: RaySettings
     backend: str
     archive_url: str
+    descriptors: tuple[Descriptor, ...]
+    selection: Selection
     progress: bool
 
 
@@ -82,7 +86,7 @@ def build(cfg: DictConfig) -> Components:
         run = RunSettings(
             dir=run_dir, seed=int(cfg.run.seed), budget_evaluations=int(cfg.run.budget.evaluations),
             proposals_per_island=int(cfg.run.proposals_per_island), inspirations=int(cfg.run.inspirations),
-            max_failed_proposals=int(cfg.run.max_failed_proposals),
+            max_failed_proposals=int(cfg.run.max_failed_proposals), stats_interval=int(cfg.run.stats_interval),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -93,7 +97,8 @@ def build(cfg: DictConfig) -> Components:
         tasks=instantiate_node(cfg.task, "task"), run=run, evaluator=instantiate_node(cfg.evaluator, "evaluator"),
         island_count=int(cfg.islands.count), migration=instantiate_node(cfg.islands.migration, "islands.migration"),
         operators=operators, weights=weights, llm=llm, ray=instantiate_node(cfg.ray, "ray"),
-        backend=str(cfg.run.backend), archive_url=url, progress=bool(cfg.run.progress),
+        backend=str(cfg.run.backend), archive_url=url, descriptors=by_names(cfg.archive.descriptors),
+        selection=instantiate_node(cfg.selection, "selection"), progress=bool(cfg.run.progress),
     )
 
 

@@ -18,6 +18,7 @@ from archive import Archive, Insert
 from evaluator import EvalResult, Status
 from evo.kernel_source import normalized_hash
 from evo.program import Program
+from evo.selection import Selection, Uniform
 from evo.task import Task
 from islands.migration import MigrationSettings, ring
 from operators.base import Context, Proposal
@@ -37,22 +38,27 @@ class RunSettings:
     proposals_per_island: int = 2  # proposals in flight per island
     inspirations: int = 2
     max_failed_proposals: int = 200  # in a row, before the run stops proposing
+    stats_interval: int = 8  # child evaluations between entries of the QD statistics history
 
     def __post_init__(self):
         if self.budget_evaluations < 0:
             raise ValueError("run.budget.evaluations must be >= 0")
         if self.proposals_per_island < 1:
             raise ValueError("run.proposals_per_island must be >= 1")
+        if self.stats_interval < 1:
+            raise ValueError("run.stats_interval must be >= 1")
 
 
 class Controller:
     def __init__(self, *, settings: RunSettings, tasks: list[Task], archive: Archive, backend,
-                 migration: MigrationSettings, events: Events = _no_events, resume_count: int = 0):
+                 migration: MigrationSettings, events: Events = _no_events, resume_count: int = 0,
+                 selection: Selection | None = None):
         self.settings = settings
         self.tasks = {t.name: t for t in tasks}
         self.archive = archive
         self.backend = backend
         self.migration = migration
+        self.selection = selection or Uniform()
         self.events = events
         self.rng = np.random.default_rng([settings.seed, 1_000_003, resume_count])
         self.hardware = ""
@@ -75,11 +81,11 @@ class Controller:
 
     def _enqueue(self, program: Program) -> None:
         self._queue.append(program)
-        self._in_flight_hashes.add((program.task, normalized_hash(program.source)))
+        self._in_flight_hashes.add((program.task, program.source_hash))
 
     def _start(self) -> None:
         self.children_done = self.archive.child_evaluation_count()
-        self._ready = {name for name in self.tasks if self.archive.elites(name)}
+        self._ready = {name for name in self.tasks if self.archive.has_elites(name)}
         for program in self.archive.pending():  # in flight when the last run stopped
             if program.task in self.tasks:
                 self._enqueue(program)
@@ -110,6 +116,7 @@ class Controller:
             if self.failed_in_a_row >= self.settings.max_failed_proposals and not stalled:
                 stalled = True
                 self.events("stalled", failed=self.failed_in_a_row)
+        self._record_stats()
         self.events("done", children_done=self.children_done)
 
     def _start_evaluations(self) -> None:
@@ -128,7 +135,7 @@ class Controller:
                 return
             island = next(self._island_cycle)
             task_name = next(t for t in self._task_cycle[island] if t in self._ready)
-            parent = self.archive.sample_parent(task_name, island, self.rng)
+            parent = self.archive.sample_parent(task_name, island, self.rng, self.selection)
             inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations, self.rng)
             task = self.tasks[task_name]
             context = Context(task_name=task.name, task_source=task.source, parent=parent,
@@ -143,15 +150,17 @@ class Controller:
             proposal = Proposal("unknown", None, f"island {island} failed: {type(exc).__name__}: {exc}")
         failure = proposal.note if proposal.source is None else None
         if failure is None:
-            key = (task, normalized_hash(proposal.source))
-            if key in self._in_flight_hashes or self.archive.find_duplicate(task, proposal.source):
+            source_hash = proposal.source_hash or normalized_hash(proposal.source)
+            if ((task, source_hash) in self._in_flight_hashes
+                    or self.archive.find_duplicate(task, proposal.source, source_hash)):
                 failure = "duplicate of an archived or in-flight program"
         program_id = None
         if failure is None:
             self.failed_in_a_row = 0
             program = self.archive.add_program(
                 task=task, island=island, generation=parent.generation + 1, operator=proposal.operator,
-                source=proposal.source, parent_ids=(parent.id,), inspiration_ids=[p.id for p in inspirations])
+                source=proposal.source, parent_ids=(parent.id,), inspiration_ids=[p.id for p in inspirations],
+                source_hash=source_hash, descriptors=proposal.descriptors)
             program_id = program.id
             self._enqueue(program)
         else:
@@ -166,7 +175,7 @@ class Controller:
             result: EvalResult = future.result()
         except Exception as exc:  # the evaluator actor died: the candidate is charged with it
             result = EvalResult(status=Status.CRASHED, reason=f"evaluator failed: {type(exc).__name__}: {exc}")
-        self._in_flight_hashes.discard((program.task, normalized_hash(program.source)))
+        self._in_flight_hashes.discard((program.task, program.source_hash))
         insert = self.archive.record_evaluation(program, result)
         if result.device and not self.hardware:
             self.hardware = result.device
@@ -179,8 +188,14 @@ class Controller:
             before, self.children_done = self.children_done, self.children_done + 1
             if self.migration.due(before, self.children_done):
                 self._migrate()
+            if self.children_done % self.settings.stats_interval == 0:
+                self._record_stats()
         self.events("evaluated", program=program, result=result, insert=insert.value,
                     children_done=self.children_done)
+
+    def _record_stats(self) -> None:
+        for task in self.tasks:
+            self.archive.record_stats(task, self.backend.island_count, self.children_done)
 
     def _migrate(self) -> None:
         moved = 0

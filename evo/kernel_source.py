@@ -50,12 +50,13 @@ def _line_offsets(data: bytes) -> list[int]:
     return offsets
 
 
-def find_tunables(source: str) -> list[Tunable]:
+def find_tunables(source: str, tree: ast.Module | None = None) -> list[Tunable]:
     """Tunable integer literals, in source order; [] if the source does not parse."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
+    if tree is None:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            return []
     lines = _line_offsets(source.encode("utf-8"))
     found: list[Tunable] = []
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -22,6 +23,36 @@ from evo.summary import summary_rows, summary_table
 from islands import Island, LocalBackend
 
 RUN_FILE = "run.json"
+
+
+def code_version() -> str:
+    """The engine's version, and its git commit when it runs from a checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        text = version("evo-kernels")
+    except PackageNotFoundError:
+        text = "unknown"
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=Path(__file__).parent,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        if out.returncode == 0:
+            text += f"+g{out.stdout.strip()}" + (".dirty" if dirty else "")
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return text
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write a whole file or nothing: a run killed mid-write must still resume."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _check_run_dir(run_dir: Path, task_names: list[str]) -> bool:
@@ -47,14 +78,15 @@ def _check_run_dir(run_dir: Path, task_names: list[str]) -> bool:
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise RunDirError(f"run.dir {run_dir} cannot be created: {existing} is not a writable directory")
-    if run_dir.exists() and any(run_dir.iterdir()):
+    if run_dir.exists() and any(not p.name.endswith(".tmp") for p in run_dir.iterdir()):
         raise RunDirError(f"run.dir {run_dir} is not empty and holds no evo run")
     return False
 
 
 def _make_backend(c: Components, device: str, gpus: int, resume_count: int):
     workers = c.evaluator.workers or (gpus if device == "cuda" else 1)
-    islands = [Island(i, c.operators, c.weights, c.run.seed, resume_count) for i in range(c.island_count)]
+    islands = [Island(i, c.operators, c.weights, c.run.seed, resume_count, c.descriptors)
+               for i in range(c.island_count)]
     if c.backend == "local":
         return LocalBackend(
             islands, lambda i: Evaluator(c.evaluator, device, i if device == "cuda" else None), workers)
@@ -93,15 +125,19 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
                     f"candidate defining ModelNew in seeds/{Path(task.path).name} beside the problem file, "
                     "or name it with SEED = 'path.py' in the problem file")
         run_dir.mkdir(parents=True, exist_ok=True)
-        if not resuming:
-            (run_dir / "config.yaml").write_text(config_yaml)
-        (run_dir / RUN_FILE).write_text(json.dumps(
+        # run.json first: from then on the directory is a run that a later start resumes.
+        write_atomically(run_dir / RUN_FILE, json.dumps(
             {"tasks": names, "resumes": resume_count, "device": device, "started": time.time()}, indent=1))
-        archive = Archive(c.archive_url)
+        if not (run_dir / "config.yaml").exists():
+            write_atomically(run_dir / "config.yaml", config_yaml)
+        archive = Archive(c.archive_url, descriptors=c.descriptors)
+        if archive.get_meta("config") is None:
+            archive.set_meta("config", config_yaml)
+        archive.set_meta(f"code_version.{resume_count}", code_version())
         events = RunEvents(run_dir, c.run.budget_evaluations, show=c.progress)
         try:
             Controller(settings=c.run, tasks=c.tasks, archive=archive, backend=backend, migration=c.migration,
-                       events=events, resume_count=resume_count).run()
+                       events=events, resume_count=resume_count, selection=c.selection).run()
         finally:
             events.close()
         rows = summary_rows(archive, names)

@@ -42,8 +42,8 @@ class RayBackend:
             self._started = True
         island_actor = ray.remote(Island).options(num_cpus=0, max_restarts=3, max_task_retries=0)
         # The actor rebuilds the island from the same arguments, so it draws the same RNG stream.
-        self.islands = [island_actor.remote(i.index, i.operators, list(i.weights), i.seed, i.stream)
-                        for i in islands]
+        self.islands = [island_actor.remote(i.index, i.operators, list(i.weights), i.seed, i.stream,
+                                            i.descriptors) for i in islands]
         resources = {"num_gpus": 1} if device == "cuda" else {"num_cpus": 1}
         evaluator_actor = ray.remote(Evaluator).options(max_restarts=3, **resources)
         self.evaluators = [evaluator_actor.remote(evaluator_settings, device) for _ in range(evaluators)]

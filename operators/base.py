@@ -28,6 +28,8 @@ class Proposal:
     source: str | None
     note: str = ""
     llm_calls: list[dict] = field(default_factory=list)  # model, tokens, cost, latency, error
+    source_hash: str = ""  # filled in by the island that made the proposal
+    descriptors: dict[str, str] = field(default_factory=dict)
 
 
 class Operator(abc.ABC):

@@ -130,3 +130,15 @@ def test_corrupted_file_is_refused(tmp_path):
         Archive(f"sqlite:///{path}")
     assert sqlite3.sqlite_version  # the file was left as it was
     assert path.read_bytes().startswith(b"this is not a database")
+
+
+def test_sample_parent_uses_the_selection_strategy(archive):
+    from evo.selection import Tournament
+    rng = np.random.default_rng(0)
+    ids = []
+    for i, block in enumerate((16, 32, 64)):
+        p = add(archive, src(block))
+        archive.record_evaluation(p, ok(1.0 + i))
+        ids.append(p.id)
+    add(archive, src(16, tag="child"), parents=(ids[0],))
+    assert {archive.sample_parent("t", 0, rng, Tournament(size=3)).id for _ in range(10)} == {ids[2]}

@@ -47,6 +47,10 @@ def test_run_then_continue_then_status(tmp_path):
     assert "resuming run" in second.stdout
     status = evo("status", f"run.dir={run_dir}")
     assert status.returncode == 0 and "children evaluated: 4; resumes: 1" in status.stdout
+    from archive import Archive
+    archive = Archive(f"sqlite:///{run_dir / 'archive.db'}")
+    assert "budget" in archive.get_meta("config") and archive.get_meta("code_version.1").startswith("0.1.0")
+    archive.close()
 
 
 def test_multirun_sweep_gives_each_job_its_own_run_dir(tmp_path):

@@ -56,3 +56,15 @@ def test_bad_values_are_config_errors(override, message, tmp_path):
 
 def test_config_error_is_an_evo_error():
     assert issubclass(ConfigError, EvoError)
+
+
+def test_descriptors_are_chosen_in_config(tmp_path):
+    c = build(cfg(f"run.dir={tmp_path}", "archive.descriptors=[memory,compute,parallel]"))
+    assert [d.name for d in c.descriptors] == ["memory", "compute", "parallel"]
+    with pytest.raises(ConfigError, match="archive.descriptors"):
+        build(cfg(f"run.dir={tmp_path}", "archive.descriptors=[colour]"))
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "selection").glob("*.yaml")))
+def test_every_selection_strategy_builds(name, tmp_path):
+    assert build(cfg(f"run.dir={tmp_path}", f"selection={name}")).selection.name == name

@@ -42,8 +42,8 @@ def programs(archive):
     from sqlalchemy import select
 
     from archive.models import ProgramRow
-    with archive._session() as s:
-        return s.scalars(select(ProgramRow).order_by(ProgramRow.id)).all()
+    with archive.engine.connect() as c:
+        return c.execute(select(ProgramRow.__table__).order_by(ProgramRow.id)).all()
 
 
 def test_run_spends_its_budget_and_keeps_lineage(tmp_path, quick_tasks):
@@ -59,6 +59,10 @@ def test_run_spends_its_budget_and_keeps_lineage(tmp_path, quick_tasks):
         stats = archive.stats(task)
         assert stats["correct"] >= 1 and stats["best_speedup"] > 0
         assert archive.elites(task, 0) and archive.elites(task, 1)  # seeds reach every island
+    history = archive.stats_history("gelu")
+    assert history and history[-1]["children_done"] == 6 and history[-1]["cells"] >= 1
+    assert [h["coverage"] for h in history] == sorted(h["coverage"] for h in history)  # cells only fill up
+    assert len(archive.stats_history("gelu", island=1)) == len(history)
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     kinds = [e["event"] for e in events]
     assert kinds[0] == "start" and kinds[-1] == "done" and kinds.count("evaluated") == 8

@@ -1,0 +1,111 @@
+"""Parent selection strategies: which elite of an island gets the next child.
+
+Each strategy is a small class with one method, ``pick(elites, rng)``, over
+plain :class:`EliteCell` records (the archive builds them); chosen in config
+(``selection=...``, one YAML per strategy under ``conf/selection/``).
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from evo.descriptors import Descriptor, cell_key, parse_cell_key
+
+
+@dataclass(frozen=True)
+class EliteCell:
+    key: str
+    program_id: int
+    fitness: float
+    children: int = 0  # children already derived from this elite (when the strategy asks for it)
+
+    @cached_property
+    def descriptors(self) -> dict[str, str]:
+        return parse_cell_key(self.key)
+
+
+class Selection(abc.ABC):
+    name = "selection"
+    needs_children = False  # whether the archive must count each elite's children (one more query)
+
+    @abc.abstractmethod
+    def pick(self, elites: list[EliteCell], rng: np.random.Generator,
+             descriptors: tuple[Descriptor, ...], occupied: set[str]) -> EliteCell:
+        """One of ``elites`` (never empty); ``occupied`` holds the keys of all filled cells."""
+
+
+class Uniform(Selection):
+    """Every elite equally likely."""
+
+    name = "uniform"
+
+    def pick(self, elites, rng, descriptors, occupied):
+        return elites[int(rng.integers(len(elites)))]
+
+
+class FitnessProportional(Selection):
+    """Weights grow with speedup and shrink with the children an elite already has.
+
+    weight = speedup ** sharpness / (1 + children) ** novelty
+    """
+
+    name = "fitness_proportional"
+    needs_children = True
+
+    def __init__(self, *, sharpness: float = 2.0, novelty: float = 0.5):
+        if sharpness < 0 or novelty < 0:
+            raise ValueError("sharpness and novelty must be >= 0")
+        self.sharpness, self.novelty = sharpness, novelty
+
+    def pick(self, elites, rng, descriptors, occupied):
+        weights = np.array([max(e.fitness, 1e-9) ** self.sharpness / (1 + e.children) ** self.novelty
+                            for e in elites])
+        return elites[int(rng.choice(len(elites), p=weights / weights.sum()))]
+
+
+class Tournament(Selection):
+    """The fittest of ``size`` elites drawn at random."""
+
+    name = "tournament"
+
+    def __init__(self, *, size: int = 3):
+        if size < 1:
+            raise ValueError("tournament size must be >= 1")
+        self.size = size
+
+    def pick(self, elites, rng, descriptors, occupied):
+        drawn = rng.choice(len(elites), size=min(self.size, len(elites)), replace=False)
+        return max((elites[int(i)] for i in drawn), key=lambda e: e.fitness)
+
+
+def empty_neighbours(cell: EliteCell, descriptors: tuple[Descriptor, ...], occupied: set[str]) -> int:
+    """Cells one bin away along one descriptor that no elite holds yet."""
+    count = 0
+    for d in descriptors:
+        value = cell.descriptors.get(d.name)
+        if value not in d.bins:
+            continue
+        i = d.bins.index(value)
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(d.bins):
+                neighbour = dict(cell.descriptors, **{d.name: d.bins[j]})
+                count += cell_key(neighbour) not in occupied
+    return count
+
+
+class Curiosity(Selection):
+    """Prefer elites next to empty cells: children that step there fill the grid."""
+
+    name = "curiosity"
+
+    def __init__(self, *, strength: float = 1.0):
+        if strength < 0:
+            raise ValueError("strength must be >= 0")
+        self.strength = strength
+
+    def pick(self, elites, rng, descriptors, occupied):
+        weights = np.array([1.0 + self.strength * empty_neighbours(e, descriptors, occupied) for e in elites])
+        return elites[int(rng.choice(len(elites), p=weights / weights.sum()))]

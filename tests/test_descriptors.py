@@ -1,0 +1,53 @@
+from evo.descriptors import DESCRIPTORS, NONE, by_names, cell_key, describe, grid_size, parse_cell_key
+from evo.kernel_facts import kernel_facts
+
+ALL = tuple(DESCRIPTORS.values())
+
+ROW_KERNEL = '''
+import triton, triton.language as tl
+BLOCK_SIZE = 300
+NUM_WARPS = 8
+@triton.jit
+def k(x_ptr, n, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    for start in range(0, n, BLOCK_SIZE):
+        pass
+    for start in range(0, n, BLOCK_SIZE):
+        pass
+'''
+
+PERSISTENT_MATMUL = '''
+import triton, triton.language as tl
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    for tile in range(tl.program_id(0), M * N, tl.num_programs(0)):
+        a = tl.load(tl.make_block_ptr(a_ptr, (M, K), (K, 1), (0, 0), (BLOCK_M, 32), (1, 0)))
+        acc = tl.dot(a, a)
+def launch(a):
+    mm[(132,)](a, a, a, 1, 1, 1, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
+'''
+
+
+def test_row_kernel():
+    d = describe(ROW_KERNEL, ALL)
+    assert d == {"block_size": "256", "num_warps": "8", "num_stages": NONE, "memory": "plain",
+                 "compute": "multi_pass", "parallel": "grid_1d"}
+
+
+def test_persistent_tensor_core_kernel():
+    d = describe(PERSISTENT_MATMUL, ALL)
+    assert d["compute"] == "tensor_core" and d["parallel"] == "persistent"
+    assert d["memory"] == "pipelined" and d["num_stages"] == "2"  # 3 stages round down to 2
+    assert d["block_size"] == "128"
+    facts = kernel_facts(PERSISTENT_MATMUL)
+    assert facts.block_pointers and facts.kernels == 1 and facts.max_stages == 3
+
+
+def test_unparsable_source_lands_in_the_none_cells():
+    assert set(describe("def (", ALL).values()) == {NONE}
+
+
+def test_cell_keys_round_trip_and_grid_size():
+    d = describe(ROW_KERNEL, ALL)
+    assert parse_cell_key(cell_key(d)) == d
+    assert grid_size(by_names(["memory", "compute"])) == 25
