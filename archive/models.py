@@ -29,7 +29,7 @@ class ProgramRow(Base):
     task: Mapped[str] = mapped_column(String(128), index=True)
     island: Mapped[int] = mapped_column(Integer)
     generation: Mapped[int] = mapped_column(Integer)
-    operator: Mapped[str] = mapped_column(String(64))
+    operator: Mapped[str] = mapped_column(String(64), index=True)
     source: Mapped[str] = mapped_column(Text)
     source_hash: Mapped[str] = mapped_column(String(64))
     cell_key: Mapped[str | None] = mapped_column(String(256), nullable=True)  # its MAP-Elites cell

@@ -4,6 +4,12 @@ from __future__ import annotations
 import ast
 
 MAX_SOURCE_BYTES = 200_000
+# Work outside the timed stream or process, or outside Triton altogether.
+FORBIDDEN_MODULES = ("threading", "_thread", "multiprocessing", "concurrent", "subprocess", "socket",
+                     "asyncio", "ctypes", "cffi", "signal")
+FORBIDDEN_CUDA = ("Stream", "stream", "set_stream", "ExternalStream", "CUDAGraph", "graph", "graphs")
+FORBIDDEN_OS = ("fork", "forkpty", "system", "popen", "kill", "killpg", "execv", "execve", "execvp",
+                "spawnv", "spawnl", "posix_spawn")
 
 
 def static_rejection(source: str) -> str | None:
@@ -22,6 +28,26 @@ def static_rejection(source: str) -> str | None:
         return "the candidate does not define class ModelNew"
     if not _has_triton_kernel(tree):
         return "the candidate defines no @triton.jit kernel: a candidate must launch its own Triton kernel"
+    return _forbidden_use(tree)
+
+
+def _forbidden_use(tree: ast.Module) -> str | None:
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        for name in names:
+            if name.split(".")[0] in FORBIDDEN_MODULES:
+                return f"the candidate imports {name}: kernels run on the calling thread and stream only"
+        if isinstance(node, ast.Attribute):
+            chain = _decorator_name(node)
+            parts = chain.split(".")
+            if "cuda" in parts[:-1] and node.attr in FORBIDDEN_CUDA:
+                return f"the candidate uses {chain}: work on other CUDA streams or graphs escapes the timing"
+            if parts[0] == "os" and len(parts) == 2 and node.attr in FORBIDDEN_OS:
+                return f"the candidate uses {chain}"
     return None
 
 

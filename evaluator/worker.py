@@ -128,6 +128,9 @@ def main() -> None:
     import triton  # noqa: F401
 
     import evaluator.harness  # noqa: F401
+    from evaluator.guards import warm_up
+
+    warm_up()  # CPU only: the worker never initialises CUDA, its children do
 
     _send(protocol, {"ready": True, "pid": os.getpid(), "torch": torch.__version__,
                      "triton": triton.__version__})

@@ -68,11 +68,11 @@ def test_correct_candidate_is_timed_side_by_side(evaluator):
 
 
 @pytest.mark.parametrize("change, status, reason", [
-    ("out = out", Status.CORRECT, "matched"),
+    ("out = out", Status.CORRECT, "passed"),
     ("out = torch.zeros_like(x); n = n - 1 if n > 200 else n", Status.INCORRECT, "shape {'n': 4097}"),
-    ("x.mul_(1.0001)", Status.INCORRECT, ""),  # modifies its input
+    ("x.mul_(1.0001)", Status.INCORRECT, "modified its inputs"),
     ("raise ValueError('boom')", Status.RUNTIME_ERROR, "ValueError: boom"),
-    ("import os; os.kill(os.getpid(), 9)", Status.CRASHED, "signal 9"),
+    ("import faulthandler; faulthandler._sigsegv()", Status.CRASHED, "signal 11"),
     ("import time; time.sleep(60)", Status.TIMEOUT, "process group killed"),
 ])
 def test_failures_are_classified(evaluator, change, status, reason):
@@ -81,10 +81,44 @@ def test_failures_are_classified(evaluator, change, status, reason):
     assert reason in result.reason
 
 
-def test_unwritten_output_is_incorrect(evaluator):
+CHEATS = {
+    "torch only, kernel never launched": (
+        "return x * 2.0", Status.REJECTED, "launched no Triton kernel"),
+    "kernel launched, real work in torch.mm": ("", Status.REJECTED, "PyTorch's mm"),
+    "a thread does the work": ("import threading", Status.REJECTED, "imports threading"),
+    "another CUDA stream": ("s = torch.cuda.Stream()", Status.REJECTED, "torch.cuda.Stream"),
+    "output caching": (
+        "global CACHE\n        if 'CACHE' in globals(): return CACHE\n        CACHE = x * 2.0", Status.INCORRECT, ""),
+    "saturates on large values": ("x = x.clamp(-100, 100)", Status.INCORRECT, "very large values"),
+    "non-deterministic": ("x = x + torch.rand_like(x) * 1e-7", Status.INCORRECT, "not deterministic"),
+    "unwritten tail": ("n = n - 1 if n > 200 else n", Status.INCORRECT, "NaN"),
+}
+
+
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_cheats_are_caught(evaluator, name):
+    change, status, reason = CHEATS[name]
+    source = candidate(change)
+    if name == "torch only, kernel never launched":
+        source = candidate().replace("        out = torch.empty_like(x)", "        return x * 2.0")
+    if name == "kernel launched, real work in torch.mm":
+        source = candidate().replace("        return out", "        return (x[:, None] @ x[None, :]).diagonal() * 0 + x * 2")
+    result = evaluator.evaluate("double", TASK, source)
+    assert result.status is status, result.reason
+    assert reason in result.reason
+
+
+def test_replacing_the_timer_is_rejected(evaluator):
+    source = "import time\ntime.perf_counter = lambda: 0.0\n" + candidate()
+    result = evaluator.evaluate("double", TASK, source)
+    assert result.status is Status.REJECTED and "time.perf_counter" in result.reason
+
+
+def test_a_kernel_that_is_defined_but_never_launched_is_rejected(evaluator):
     lazy = candidate().replace("double_kernel[(triton.cdiv(n, BLOCK_SIZE),)]", "(lambda *a, **k: None)")
-    lazy = lazy.replace("torch.empty_like(x)", "torch.zeros_like(x)")
-    assert evaluator.evaluate("double", TASK, lazy).status is Status.INCORRECT
+    lazy = lazy.replace("torch.empty_like(x)", "(x * 2.0)")
+    result = evaluator.evaluate("double", TASK, lazy)
+    assert result.status is Status.REJECTED and "launched no Triton kernel" in result.reason
 
 
 def test_compile_errors(evaluator):
@@ -104,7 +138,7 @@ def test_candidates_without_a_triton_kernel_are_rejected(evaluator):
 
 
 def test_worker_survives_bad_candidates(evaluator):
-    evaluator.evaluate("double", TASK, candidate("import os; os._exit(3)"))
+    evaluator.evaluate("double", TASK, candidate("import faulthandler; faulthandler._sigsegv()"))
     assert evaluator.evaluate("double", TASK, candidate()).status is Status.CORRECT
 
 

@@ -35,3 +35,15 @@ def test_a_hanging_kernel_is_killed_on_the_gpu(builtin_tasks):
         assert evaluator.evaluate(task.name, task.source, task.seeds[0]).status is Status.CORRECT
     finally:
         evaluator.close()
+
+
+def test_cheats_are_caught_on_the_gpu(gpu_evaluator, builtin_tasks):
+    task = builtin_tasks["matmul_fp16"]
+    seed = task.seeds[0]
+    torch_fallback = seed.replace("        return C", "        return torch.matmul(A, B) + C * 0")
+    result = gpu_evaluator.evaluate(task.name, task.source, torch_fallback)
+    assert result.status is Status.REJECTED and "PyTorch's" in result.reason, result.reason
+    gelu = builtin_tasks["gelu"]
+    unwritten = gelu.seeds[0].replace("n = x.numel()", "n = x.numel() - 1")
+    result = gpu_evaluator.evaluate(gelu.name, gelu.source, unwritten)
+    assert result.status is Status.INCORRECT and "NaN" in result.reason, result.reason
