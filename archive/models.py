@@ -26,7 +26,7 @@ class MetaRow(Base):
 class ProgramRow(Base):
     __tablename__ = "programs"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    task: Mapped[str] = mapped_column(String(128), index=True)
+    task: Mapped[str] = mapped_column(String(128))  # indexed through ix_programs_task_hash's prefix
     island: Mapped[int] = mapped_column(Integer)
     generation: Mapped[int] = mapped_column(Integer)
     operator: Mapped[str] = mapped_column(String(64), index=True)
@@ -50,7 +50,7 @@ class EvaluationRow(Base):
     __tablename__ = "evaluations"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), index=True)
-    status: Mapped[str] = mapped_column(String(32), index=True)
+    status: Mapped[str] = mapped_column(String(32))
     reason: Mapped[str] = mapped_column(Text, default="")
     speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
     runtime_ms: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -68,6 +68,7 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA cache_size=-65536")  # 64 MiB of pages instead of 2 MiB
     cursor.execute("PRAGMA temp_store=MEMORY")
+    cursor.execute("PRAGMA wal_autocheckpoint=10000")  # fewer, larger checkpoints
     cursor.close()
 
 
