@@ -12,42 +12,20 @@ import time
 from collections import OrderedDict
 
 import numpy as np
-from sqlalchemy import bindparam, create_engine, event, func, insert, select, update
+from sqlalchemy import create_engine, event, func, insert, select, update
 from sqlalchemy.exc import DatabaseError, OperationalError
 
-from evo.descriptors import DEFAULT_DESCRIPTORS, cell_key, describe, grid_size, parse_cell_key
-from archive.models import (
-    SCHEMA_VERSION, Base, CellRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow,
-    StatsRow,
-)
+from archive import statements as sql
+from archive.models import SCHEMA_VERSION, Base
 from evaluator.result import EvalResult, Status
+from evo.descriptors import DEFAULT_DESCRIPTORS, cell_key, describe, grid_size, parse_cell_key
 from evo.errors import EvoError
 from evo.kernel_source import normalized_hash
 from evo.program import Program
 from evo.selection import EliteCell, Selection, Uniform
 
-
-_META, _PROGRAMS, _LINEAGE, _EVALUATIONS, _CELLS, _MIGRATIONS, _LLM_CALLS, _STATS = (
-    t.__table__ for t in (MetaRow, ProgramRow, LineageRow, EvaluationRow, CellRow, MigrationRow, LLMCallRow,
-                          StatsRow))
-
-
-# Hot statements are built once with bind parameters: building a statement per call
-# (``.values(...)``, ``.where(...)``) costs more than running it.
-_INSERT_PROGRAM = insert(_PROGRAMS)
-_INSERT_LINEAGE = insert(_LINEAGE)
-_INSERT_EVALUATION = insert(_EVALUATIONS)
-_CELL_WHERE = (_CELLS.c.task == bindparam("t"), _CELLS.c.island == bindparam("i"), _CELLS.c.key == bindparam("k"))
-_INSERT_CELL = insert(_CELLS)
-_UPDATE_CELL = update(_CELLS).where(*_CELL_WHERE).values(
-    program_id=bindparam("pid"), fitness=bindparam("f"), updated_at=bindparam("now"))
-_CHILD_COUNTS = (select(_LINEAGE.c.parent_id, func.count()).where(
-    _LINEAGE.c.parent_id.in_(bindparam("ids", expanding=True)), _LINEAGE.c.role == "parent")
-    .group_by(_LINEAGE.c.parent_id))
 UNIFORM = Uniform()
 _PROGRAM_CACHE_SIZE = 4096
-_FIND_HASH = select(_PROGRAMS.c.id).where(_PROGRAMS.c.task == bindparam("t"),
-                                          _PROGRAMS.c.source_hash == bindparam("h")).limit(1)
 
 
 class ArchiveError(EvoError):
@@ -58,18 +36,6 @@ class Insert(str, enum.Enum):
     NEW_CELL = "new_cell"
     IMPROVED = "improved"
     NOT_ADDED = "not_added"
-
-
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=10000")
-    cursor.execute("PRAGMA cache_size=-65536")  # 64 MiB of pages instead of 2 MiB
-    cursor.execute("PRAGMA temp_store=MEMORY")
-    cursor.execute("PRAGMA wal_autocheckpoint=10000")  # fewer, larger checkpoints
-    cursor.close()
 
 
 class Archive:
@@ -86,7 +52,7 @@ class Archive:
         # One owner, one connection: no pool checkout and reset around every short transaction.
         self.engine = create_engine(url, connect_args={"check_same_thread": False} if sqlite else {})
         if sqlite:
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "connect", sql.sqlite_pragmas)
         self._conn = None
         # Write-through caches, coherent because this object is the database's only writer:
         # the cells of each task, and evaluated programs (immutable once evaluated).
@@ -143,12 +109,12 @@ class Archive:
     # -- run metadata -------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
         with self._tx() as c:
-            return c.scalar(select(_META.c.value).where(_META.c.key == key))
+            return c.scalar(select(sql.META.c.value).where(sql.META.c.key == key))
 
     def set_meta(self, key: str, value: str) -> None:
         with self._tx() as c:
-            if c.execute(update(_META).where(_META.c.key == key).values(value=value)).rowcount == 0:
-                c.execute(insert(_META).values(key=key, value=value))
+            if c.execute(update(sql.META).where(sql.META.c.key == key).values(value=value)).rowcount == 0:
+                c.execute(insert(sql.META).values(key=key, value=value))
 
     # -- programs -----------------------------------------------------------
     def add_program(self, *, task: str, island: int, generation: int, operator: str, source: str,
@@ -158,7 +124,7 @@ class Archive:
         source_hash = source_hash or normalized_hash(source)
         descriptors = descriptors or describe(source, self.descriptors)
         with self._tx() as c:
-            pid = c.execute(_INSERT_PROGRAM, dict(
+            pid = c.execute(sql.INSERT_PROGRAM, dict(
                 task=task, island=island, generation=generation, operator=operator, source=source,
                 source_hash=source_hash, cell_key=cell_key(descriptors), created_at=time.time())
             ).inserted_primary_key[0]
@@ -166,7 +132,7 @@ class Archive:
                      for role, ids in (("parent", parent_ids), ("inspiration", inspiration_ids))
                      for p in dict.fromkeys(ids)]
             if links:
-                c.execute(_INSERT_LINEAGE, links)
+                c.execute(sql.INSERT_LINEAGE, links)
         return Program(id=pid, task=task, island=island, generation=generation, operator=operator,
                        source=source, parent_ids=tuple(parent_ids), inspiration_ids=tuple(inspiration_ids),
                        source_hash=source_hash, descriptors=descriptors)
@@ -174,7 +140,7 @@ class Archive:
     def find_duplicate(self, task: str, source: str, source_hash: str | None = None) -> int | None:
         """Id of an archived program of ``task`` with the same normalised source."""
         with self._tx() as c:
-            return c.scalar(_FIND_HASH, dict(t=task, h=source_hash or normalized_hash(source)))
+            return c.scalar(sql.FIND_HASH, dict(t=task, h=source_hash or normalized_hash(source)))
 
     def record_evaluation(self, program: Program, result: EvalResult) -> Insert:
         """Store the result and, if correct and best in its cell, make it the elite."""
@@ -184,7 +150,7 @@ class Archive:
         fields = result.to_dict()
         fields.pop("extra", None)
         with self._write() as c:
-            c.execute(_INSERT_EVALUATION, dict(fields, program_id=program.id, created_at=time.time()))
+            c.execute(sql.INSERT_EVALUATION, dict(fields, program_id=program.id, created_at=time.time()))
             if not result.correct or result.speedup is None:
                 return Insert.NOT_ADDED
             return self._place(c, program.task, program.island, program.id, key, result.speedup)
@@ -192,11 +158,11 @@ class Archive:
     def _place(self, c, task: str, island: int, program_id: int, key: str, fitness: float) -> Insert:
         current = self._task_cells(c, task).get((island, key))
         if current is None:
-            c.execute(_INSERT_CELL, dict(task=task, island=island, key=key, program_id=program_id,
+            c.execute(sql.INSERT_CELL, dict(task=task, island=island, key=key, program_id=program_id,
                                          fitness=fitness, updated_at=time.time()))
             outcome = Insert.NEW_CELL
         elif fitness > current[1]:
-            c.execute(_UPDATE_CELL, dict(t=task, i=island, k=key, pid=program_id, f=fitness, now=time.time()))
+            c.execute(sql.UPDATE_CELL, dict(t=task, i=island, k=key, pid=program_id, f=fitness, now=time.time()))
             outcome = Insert.IMPROVED
         else:
             return Insert.NOT_ADDED
@@ -207,17 +173,17 @@ class Archive:
         cells = self._cells.get(task)
         if cells is None:
             cells = {(island, key): (pid, fitness) for island, key, pid, fitness in c.execute(
-                select(_CELLS.c.island, _CELLS.c.key, _CELLS.c.program_id, _CELLS.c.fitness)
-                .where(_CELLS.c.task == task))}
+                select(sql.CELLS.c.island, sql.CELLS.c.key, sql.CELLS.c.program_id, sql.CELLS.c.fitness)
+                .where(sql.CELLS.c.task == task))}
             self._cells[task] = cells
         return cells
 
     def pending(self) -> list[Program]:
         """Programs with no evaluation yet: in flight when the run stopped."""
-        evaluated = select(_EVALUATIONS.c.program_id).where(_EVALUATIONS.c.program_id == _PROGRAMS.c.id)
+        evaluated = select(sql.EVALUATIONS.c.program_id).where(sql.EVALUATIONS.c.program_id == sql.PROGRAMS.c.id)
         with self._tx() as c:
             # NOT EXISTS lets SQLite answer from indexes alone, without reading program rows.
-            ids = sorted(c.scalars(select(_PROGRAMS.c.id).where(~evaluated.exists())).all())
+            ids = sorted(c.scalars(select(sql.PROGRAMS.c.id).where(~evaluated.exists())).all())
             return self._programs(c, ids)
 
     def get(self, program_id: int) -> Program:
@@ -242,14 +208,14 @@ class Archive:
     def _load_programs(self, c, ids: list[int]) -> list[Program]:
         if not ids:
             return []
-        latest = (select(func.max(_EVALUATIONS.c.id)).where(_EVALUATIONS.c.program_id == _PROGRAMS.c.id)
-                  .correlate(_PROGRAMS).scalar_subquery())
-        rows = c.execute(select(_PROGRAMS, *(_EVALUATIONS.c[f] for f in self._RESULT_FIELDS))
-                         .outerjoin(_EVALUATIONS, _EVALUATIONS.c.id == latest)
-                         .where(_PROGRAMS.c.id.in_(ids))).mappings().all()
+        latest = (select(func.max(sql.EVALUATIONS.c.id)).where(sql.EVALUATIONS.c.program_id == sql.PROGRAMS.c.id)
+                  .correlate(sql.PROGRAMS).scalar_subquery())
+        rows = c.execute(select(sql.PROGRAMS, *(sql.EVALUATIONS.c[f] for f in self._RESULT_FIELDS))
+                         .outerjoin(sql.EVALUATIONS, sql.EVALUATIONS.c.id == latest)
+                         .where(sql.PROGRAMS.c.id.in_(ids))).mappings().all()
         links: dict[int, list] = {}
-        for child, parent, role in c.execute(select(_LINEAGE.c.child_id, _LINEAGE.c.parent_id, _LINEAGE.c.role)
-                                             .where(_LINEAGE.c.child_id.in_(ids))):
+        for child, parent, role in c.execute(select(sql.LINEAGE.c.child_id, sql.LINEAGE.c.parent_id, sql.LINEAGE.c.role)
+                                             .where(sql.LINEAGE.c.child_id.in_(ids))):
             links.setdefault(child, []).append((parent, role))
         by_id = {}
         for r in rows:
@@ -295,7 +261,7 @@ class Archive:
                 return None
             children = {}
             if selection.needs_children:
-                children = dict(c.execute(_CHILD_COUNTS, dict(ids=[pid for _, pid, _ in cells])).all())
+                children = dict(c.execute(sql.CHILD_COUNTS, dict(ids=[pid for _, pid, _ in cells])).all())
             elites = [EliteCell(key, pid, fitness, children.get(pid, 0)) for key, pid, fitness in cells]
             pick = selection.pick(elites, rng, self.descriptors, {key for key, _, _ in cells})
             return self._programs(c, [pick.program_id])[0]
@@ -319,7 +285,7 @@ class Archive:
                             if island == src_island), key=lambda cell: cell[2], reverse=True)[:count]
             for key, program_id, fitness in cells:
                 if self._place(c, task, dst_island, program_id, key, fitness) is not Insert.NOT_ADDED:
-                    c.execute(insert(_MIGRATIONS).values(program_id=program_id, task=task, src_island=src_island,
+                    c.execute(insert(sql.MIGRATIONS).values(program_id=program_id, task=task, src_island=src_island,
                                                          dst_island=dst_island, created_at=time.time()))
                     moved += 1
         return moved
@@ -327,12 +293,12 @@ class Archive:
     # -- statistics -----------------------------------------------------------
     def stats(self, task: str) -> dict:
         """Counts and quality-diversity figures of one task over all islands."""
-        P, E = _PROGRAMS.c, _EVALUATIONS.c
+        P, E = sql.PROGRAMS.c, sql.EVALUATIONS.c
         with self._tx() as c:
-            programs = c.scalar(select(func.count()).select_from(_PROGRAMS).where(P.task == task))
-            by_status = dict(c.execute(select(E.status, func.count()).join(_PROGRAMS, P.id == E.program_id)
+            programs = c.scalar(select(func.count()).select_from(sql.PROGRAMS).where(P.task == task))
+            by_status = dict(c.execute(select(E.status, func.count()).join(sql.PROGRAMS, P.id == E.program_id)
                                        .where(P.task == task).group_by(E.status)).all())
-            seed_speedup = c.scalar(select(func.max(E.speedup)).join(_PROGRAMS, P.id == E.program_id)
+            seed_speedup = c.scalar(select(func.max(E.speedup)).join(sql.PROGRAMS, P.id == E.program_id)
                                     .where(P.task == task, P.operator == "seed",
                                            E.status == Status.CORRECT.value))
             fitness = [f for _, _, f in self._elite_cells(c, task)]
@@ -362,41 +328,41 @@ class Archive:
                      children_done=children_done, created_at=now)
                 for island in (None, *range(islands))]
         with self._tx() as c:
-            c.execute(insert(_STATS), rows)
+            c.execute(insert(sql.STATS), rows)
 
     def stats_history(self, task: str, island: int = -1) -> list[dict]:
         with self._tx() as c:
-            rows = c.execute(select(_STATS).where(_STATS.c.task == task, _STATS.c.island == island)
-                             .order_by(_STATS.c.id)).mappings().all()
+            rows = c.execute(select(sql.STATS).where(sql.STATS.c.task == task, sql.STATS.c.island == island)
+                             .order_by(sql.STATS.c.id)).mappings().all()
         return [dict(r) for r in rows]
 
     def child_evaluation_count(self) -> int:
         """Evaluations of programs the search made (seeds excluded): the budget's unit."""
-        seeds = select(_PROGRAMS.c.id).where(_PROGRAMS.c.operator == "seed")
+        seeds = select(sql.PROGRAMS.c.id).where(sql.PROGRAMS.c.operator == "seed")
         with self._tx() as c:
             # All evaluations minus the seeds' (few, found through the operator index).
-            total = c.scalar(select(func.count()).select_from(_EVALUATIONS))
-            of_seeds = c.scalar(select(func.count()).select_from(_EVALUATIONS)
-                                .where(_EVALUATIONS.c.program_id.in_(seeds)))
+            total = c.scalar(select(func.count()).select_from(sql.EVALUATIONS))
+            of_seeds = c.scalar(select(func.count()).select_from(sql.EVALUATIONS)
+                                .where(sql.EVALUATIONS.c.program_id.in_(seeds)))
             return total - of_seeds
 
     def has_programs(self, task: str) -> bool:
         with self._tx() as c:
-            return c.scalar(select(_PROGRAMS.c.id).where(_PROGRAMS.c.task == task).limit(1)) is not None
+            return c.scalar(select(sql.PROGRAMS.c.id).where(sql.PROGRAMS.c.task == task).limit(1)) is not None
 
     def record_llm_calls(self, calls: list[dict], *, task: str, island: int, operator: str,
                          program_id: int | None) -> None:
         if not calls:
             return
-        known = set(_LLM_CALLS.columns.keys())
+        known = set(sql.LLM_CALLS.columns.keys())
         rows = [dict({k: v for k, v in call.items() if k in known}, task=task, island=island, operator=operator,
                      program_id=program_id, created_at=time.time()) for call in calls]
         with self._tx() as c:
             for row in rows:
-                c.execute(insert(_LLM_CALLS).values(**row))
+                c.execute(insert(sql.LLM_CALLS).values(**row))
 
     def llm_spend(self) -> dict:
-        L = _LLM_CALLS.c
+        L = sql.LLM_CALLS.c
         with self._tx() as c:
             calls, cost, errors = c.execute(select(
                 func.count(L.id), func.coalesce(func.sum(L.cost_usd), 0.0),

@@ -37,6 +37,11 @@ class Selection(abc.ABC):
         """One of ``elites`` (never empty); ``occupied`` holds the keys of all filled cells."""
 
 
+def _weighted(elites: list[EliteCell], rng: np.random.Generator, weights: list[float]) -> EliteCell:
+    p = np.asarray(weights, dtype=float)
+    return elites[int(rng.choice(len(elites), p=p / p.sum()))]
+
+
 class Uniform(Selection):
     """Every elite equally likely."""
 
@@ -61,9 +66,8 @@ class FitnessProportional(Selection):
         self.sharpness, self.novelty = sharpness, novelty
 
     def pick(self, elites, rng, descriptors, occupied):
-        weights = np.array([max(e.fitness, 1e-9) ** self.sharpness / (1 + e.children) ** self.novelty
-                            for e in elites])
-        return elites[int(rng.choice(len(elites), p=weights / weights.sum()))]
+        return _weighted(elites, rng, [max(e.fitness, 1e-9) ** self.sharpness / (1 + e.children) ** self.novelty
+                                       for e in elites])
 
 
 class Tournament(Selection):
@@ -107,5 +111,5 @@ class Curiosity(Selection):
         self.strength = strength
 
     def pick(self, elites, rng, descriptors, occupied):
-        weights = np.array([1.0 + self.strength * empty_neighbours(e, descriptors, occupied) for e in elites])
-        return elites[int(rng.choice(len(elites), p=weights / weights.sum()))]
+        return _weighted(elites, rng, [1.0 + self.strength * empty_neighbours(e, descriptors, occupied)
+                                       for e in elites])

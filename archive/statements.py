@@ -1,0 +1,41 @@
+"""SQL the archive runs on its hot paths, built once, and SQLite's connection settings.
+
+Building a statement per call (``.values(...)``, ``.where(...)``) costs more
+than running it, so the hot statements take bind parameters instead.
+"""
+from __future__ import annotations
+
+from sqlalchemy import bindparam, func, insert, select, update
+
+from archive.models import (
+    CellRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow, StatsRow,
+)
+
+META, PROGRAMS, LINEAGE, EVALUATIONS, CELLS, MIGRATIONS, LLM_CALLS, STATS = (
+    t.__table__ for t in (MetaRow, ProgramRow, LineageRow, EvaluationRow, CellRow, MigrationRow, LLMCallRow,
+                          StatsRow))
+
+INSERT_PROGRAM = insert(PROGRAMS)
+INSERT_LINEAGE = insert(LINEAGE)
+INSERT_EVALUATION = insert(EVALUATIONS)
+CELL_WHERE = (CELLS.c.task == bindparam("t"), CELLS.c.island == bindparam("i"), CELLS.c.key == bindparam("k"))
+INSERT_CELL = insert(CELLS)
+UPDATE_CELL = update(CELLS).where(*CELL_WHERE).values(
+    program_id=bindparam("pid"), fitness=bindparam("f"), updated_at=bindparam("now"))
+CHILD_COUNTS = (select(LINEAGE.c.parent_id, func.count()).where(
+    LINEAGE.c.parent_id.in_(bindparam("ids", expanding=True)), LINEAGE.c.role == "parent")
+    .group_by(LINEAGE.c.parent_id))
+FIND_HASH = select(PROGRAMS.c.id).where(PROGRAMS.c.task == bindparam("t"),
+                                        PROGRAMS.c.source_hash == bindparam("h")).limit(1)
+
+
+def sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA cache_size=-65536")  # 64 MiB of pages instead of 2 MiB
+    cursor.execute("PRAGMA temp_store=MEMORY")
+    cursor.execute("PRAGMA wal_autocheckpoint=10000")  # fewer, larger checkpoints
+    cursor.close()
