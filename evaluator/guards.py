@@ -33,10 +33,26 @@ HEAVY_OPS = frozenset({
 
 
 _launches = 0
+_originals: dict[type, object] = {}
+_compiled: dict[str, dict] = {}
+
+
+def _record(kernel) -> None:
+    """Compiled facts of a launched kernel (GPU only: the interpreter compiles nothing)."""
+    metadata = getattr(kernel, "metadata", None)
+    if metadata is None:
+        return
+    name = getattr(metadata, "name", None) or getattr(kernel, "name", "kernel")
+    _compiled[name] = {
+        "name": name, "registers": getattr(kernel, "n_regs", None), "spills": getattr(kernel, "n_spills", None),
+        "shared_bytes": getattr(metadata, "shared", None), "num_warps": getattr(metadata, "num_warps", None),
+        "num_stages": getattr(metadata, "num_stages", None),
+    }
 
 
 def install_launch_counter() -> None:
-    """Count every ``run`` of Triton's JIT and interpreted kernels (idempotent, process-wide)."""
+    """Count every ``run`` of Triton's JIT and interpreted kernels and note what each compiled to
+    (idempotent, process-wide; :func:`uninstall_launch_counter` before timing)."""
     from triton.runtime.jit import JITFunction
 
     classes = [JITFunction]
@@ -46,21 +62,33 @@ def install_launch_counter() -> None:
     except ImportError:  # older Triton without the interpreter class
         pass
     for cls in classes:
-        original = cls.run
-        if getattr(original, "_evo_counted", False):
+        if cls in _originals:
             continue
+        original = _originals[cls] = cls.run
 
         def counted(kernel, *args, _original=original, **kwargs):
             global _launches
             _launches += 1
-            return _original(kernel, *args, **kwargs)
+            compiled = _original(kernel, *args, **kwargs)
+            _record(compiled)
+            return compiled
 
-        counted._evo_counted = True
         cls.run = counted
+
+
+def uninstall_launch_counter() -> None:
+    """Restore Triton's own ``run``: the timed calls carry no wrapper of ours."""
+    while _originals:
+        cls, original = _originals.popitem()
+        cls.run = original
 
 
 def launch_count() -> int:
     return _launches
+
+
+def compiled_kernels() -> list[dict]:
+    return list(_compiled.values())
 
 
 _EMPTY_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})

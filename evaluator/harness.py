@@ -16,7 +16,7 @@ import torch
 
 from evaluator.calls import Failure, call, error_text, make_inputs
 from evaluator.correctness import Verifier
-from evaluator.guards import timer_identities, timers_tampered
+from evaluator.guards import compiled_kernels, timer_identities, timers_tampered, uninstall_launch_counter
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
 from evaluator.timing import time_side_by_side
@@ -133,6 +133,8 @@ def _evaluate(request: dict, device: str) -> EvalResult:
     tampered = timers_tampered(timers)
     if tampered:
         raise Failure(Status.REJECTED, f"the candidate replaced {', '.join(tampered)}")
+    uninstall_launch_counter()
+    kernels = compiled_kernels()
     timing = request["timing"]
     inputs = make_inputs(problem, shapes[-1], request["seeds"][0], device)
     cand, ref = time_side_by_side(
@@ -149,4 +151,7 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         runtime_spread=cand.spread,
         timing_representative=device.startswith("cuda"),
         shapes_checked=len(shapes),
+        extra={"kernels": kernels} if kernels else {},
+        **{fact: max((k[fact] for k in kernels if k[fact] is not None), default=None)
+           for fact in ("registers", "spills", "shared_bytes", "num_warps", "num_stages")},
     )

@@ -33,6 +33,12 @@ class EvalResult:
     timing_representative: bool = False
     device: str = ""
     shapes_checked: int = 0
+    # Compiled facts of the candidate's kernels (the maximum over them; GPU only).
+    registers: int | None = None  # per thread
+    spills: int | None = None
+    shared_bytes: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
     error: str = ""  # trimmed traceback or worker log, for feedback to operators
     wall_s: float = 0.0
     extra: dict = field(default_factory=dict)

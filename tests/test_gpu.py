@@ -20,6 +20,9 @@ def test_every_seed_is_correct_and_timed_on_the_gpu(gpu_evaluator, builtin_tasks
         assert result.timing_representative and "cpu" not in result.device.lower()
         assert result.shapes_checked >= 4  # the large shapes run too
         assert 0.05 < result.speedup < 20, (task.name, result.speedup)
+        # Compiled facts of the launched kernels.
+        assert result.registers and result.num_warps and result.spills is not None, result
+        assert result.extra["kernels"] and result.shared_bytes is not None
 
 
 def test_a_hanging_kernel_is_killed_on_the_gpu(builtin_tasks):
