@@ -34,7 +34,6 @@ def sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA cache_size=-65536")  # 64 MiB of pages instead of 2 MiB
     cursor.execute("PRAGMA temp_store=MEMORY")
     cursor.execute("PRAGMA wal_autocheckpoint=10000")  # fewer, larger checkpoints

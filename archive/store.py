@@ -45,12 +45,13 @@ class Archive:
     short transaction each, no ORM unit of work.
     """
 
-    def __init__(self, url: str, *, descriptors=DEFAULT_DESCRIPTORS):
+    def __init__(self, url: str, *, descriptors=DEFAULT_DESCRIPTORS, busy_timeout_s: float = 10.0):
         self.url = url
         self.descriptors = tuple(descriptors)
         sqlite = url.startswith("sqlite")
         # One owner, one connection: no pool checkout and reset around every short transaction.
-        self.engine = create_engine(url, connect_args={"check_same_thread": False} if sqlite else {})
+        connect_args = {"check_same_thread": False, "timeout": busy_timeout_s} if sqlite else {}
+        self.engine = create_engine(url, connect_args=connect_args)
         if sqlite:
             event.listen(self.engine, "connect", sql.sqlite_pragmas)
         self._conn = None
@@ -75,10 +76,13 @@ class Archive:
     @contextlib.contextmanager
     def _tx(self):
         """One transaction on the archive's connection (reads too, so no snapshot stays open)."""
-        if self._conn is None:
-            self._conn = self.engine.connect()
-        with self._conn.begin():
-            yield self._conn
+        try:
+            if self._conn is None:
+                self._conn = self.engine.connect()
+            with self._conn.begin():
+                yield self._conn
+        except (DatabaseError, OperationalError) as exc:  # locked, full disk, corrupted page, ...
+            raise ArchiveError(f"archive {self.url}: {exc.orig}; the transaction was rolled back") from exc
 
     @contextlib.contextmanager
     def _write(self):

@@ -5,6 +5,7 @@ checked before anything is written, so a failed start leaves no run state.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from archive import Archive
+from archive import Archive, ArchiveError
 from evaluator import Evaluator, resolve_device
 from evo.config import Components
 from evo.controller import Controller
@@ -23,6 +24,7 @@ from evo.summary import summary_rows, summary_table
 from islands import Island, LocalBackend
 
 RUN_FILE = "run.json"
+LOCK_FILE = ".lock"
 
 
 def code_version() -> str:
@@ -55,6 +57,17 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _lock_run_dir(run_dir: Path):
+    """An exclusive lock on the run dir: two engines must never drive one run."""
+    handle = open(run_dir / LOCK_FILE, "a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise RunDirError(f"run.dir {run_dir} is in use by another evo run; wait for it to finish") from None
+    return handle
+
+
 def _check_run_dir(run_dir: Path, task_names: list[str]) -> bool:
     """True when ``run_dir`` holds a run to resume; raises if it cannot be used."""
     if run_dir.exists() and not run_dir.is_dir():
@@ -78,7 +91,7 @@ def _check_run_dir(run_dir: Path, task_names: list[str]) -> bool:
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise RunDirError(f"run.dir {run_dir} cannot be created: {existing} is not a writable directory")
-    if run_dir.exists() and any(not p.name.endswith(".tmp") for p in run_dir.iterdir()):
+    if run_dir.exists() and any(not p.name.endswith(".tmp") and p.name != LOCK_FILE for p in run_dir.iterdir()):
         raise RunDirError(f"run.dir {run_dir} is not empty and holds no evo run")
     return False
 
@@ -125,6 +138,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
                     f"candidate defining ModelNew in seeds/{Path(task.path).name} beside the problem file, "
                     "or name it with SEED = 'path.py' in the problem file")
         run_dir.mkdir(parents=True, exist_ok=True)
+        lock = _lock_run_dir(run_dir)  # held until this process exits, however it exits
         # run.json first: from then on the directory is a run that a later start resumes.
         write_atomically(run_dir / RUN_FILE, json.dumps(
             {"tasks": names, "resumes": resume_count, "device": device, "started": time.time()}, indent=1))
@@ -138,6 +152,9 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
         try:
             Controller(settings=c.run, tasks=c.tasks, archive=archive, backend=backend, migration=c.migration,
                        events=events, resume_count=resume_count, selection=c.selection).run()
+        except ArchiveError as exc:
+            raise ArchiveError(f"{exc}; every committed change is kept: run `evo run run.dir={run_dir}` "
+                               "again to continue") from None
         finally:
             events.close()
         rows = summary_rows(archive, names)
@@ -146,6 +163,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
         if spend["calls"]:
             console.print(f"LLM: {spend['calls']} calls, {spend['errors']} failed, ${spend['cost_usd']:.4f}")
         archive.close()
+        lock.close()
         return rows
     finally:
         backend.close()

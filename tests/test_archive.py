@@ -142,3 +142,16 @@ def test_sample_parent_uses_the_selection_strategy(archive):
         ids.append(p.id)
     add(archive, src(16, tag="child"), parents=(ids[0],))
     assert {archive.sample_parent("t", 0, rng, Tournament(size=3)).id for _ in range(10)} == {ids[2]}
+
+
+def test_locked_database_is_a_clear_error(tmp_path):
+    path = tmp_path / "a.db"
+    Archive(f"sqlite:///{path}").close()
+    holder = sqlite3.connect(path)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(ArchiveError, match="locked"):
+            Archive(f"sqlite:///{path}", busy_timeout_s=0.2).set_meta("x", "y")
+    finally:
+        holder.rollback()
+        holder.close()

@@ -81,6 +81,16 @@ def get_init_inputs():
 '''
 
 
+def test_a_run_dir_in_use_is_refused(tmp_path):
+    import fcntl
+    run_dir = tmp_path / "run"
+    assert evo("run", f"run.dir={run_dir}", "run.budget.evaluations=0", *QUICK).returncode == 0
+    with open(run_dir / ".lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running engine holds it
+        out = evo("run", f"run.dir={run_dir}", "run.budget.evaluations=1", *QUICK)
+    assert out.returncode != 0 and "in use by another evo run" in out.stderr
+
+
 @pytest.mark.parametrize("case", ["missing", "malformed", "raises", "unknown_key", "llm", "unwritable",
                                   "other_tasks", "no_seed"])
 def test_bad_input_gets_one_clear_message_and_no_run_state(tmp_path, case):
