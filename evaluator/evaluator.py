@@ -10,6 +10,7 @@ from evaluator.sandbox import SandboxWorker
 @dataclass(frozen=True)
 class TimingSettings:
     warmup: int = 3
+    warmup_s: float = 0.0  # and at least this long (GPU clocks ramp up after idling)
     reps: int = 50
     budget_s: float = 2.0  # stop repeating once this much time went into timing
 
@@ -22,7 +23,7 @@ class EvaluatorSettings:
     seeds: tuple[int, ...] = (0, 1)
     timeout_s: float = 120.0
     cpu_max_numel: int = 1 << 16  # on the CPU, larger shape sets are skipped
-    timing: TimingSettings = field(default_factory=TimingSettings)
+    timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup_s=0.2))
     cpu_timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup=1, reps=3, budget_s=1.0))
     workers: int | None = None  # None: one per GPU, or one on the CPU
     cache_dir: str | None = None
@@ -54,7 +55,8 @@ class Evaluator:
             "kind": kind, "task_name": task_name, "task_source": task_source,
             "device": "cuda" if self.device == "cuda" else "cpu",
             "seeds": list(self.settings.seeds), "cpu_max_numel": self.settings.cpu_max_numel,
-            "timing": {"warmup": timing.warmup, "reps": timing.reps, "budget_s": timing.budget_s},
+            "timing": {"warmup": timing.warmup, "warmup_s": timing.warmup_s, "reps": timing.reps,
+                       "budget_s": timing.budget_s},
             **extra,
         }
         return self.worker.request(message, self.settings.timeout_s)

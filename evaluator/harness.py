@@ -140,6 +140,7 @@ def _evaluate(request: dict, device: str) -> EvalResult:
     cand, ref = time_side_by_side(
         lambda: call(model, inputs, "timing"), lambda: call(reference, inputs, "reference timing"),
         device, warmup=timing["warmup"], reps=timing["reps"], budget_s=timing["budget_s"],
+        warmup_s=timing.get("warmup_s", 0.0),
     )
     return EvalResult(
         status=Status.CORRECT,

@@ -4,7 +4,7 @@ The two callables are timed interleaved, call by call, on the same device and
 in the same process, so a speedup is a ratio of medians measured under the
 same conditions.  On a GPU each timed call is bracketed by CUDA events, the
 device is synchronised around it and the L2 cache is flushed before it,
-outside the timed window.  On the CPU (Triton's interpreter) wall-clock time
+outside the timed window (the flush also hides the host's launch overhead).  On the CPU (Triton's interpreter) wall-clock time
 is taken, and the result is marked as not representative of a GPU.
 """
 from __future__ import annotations
@@ -34,11 +34,20 @@ def summarize(samples_ms: list[float]) -> Timings:
 
 
 def time_side_by_side(candidate, reference, device: str, *, warmup: int, reps: int,
-                      budget_s: float) -> tuple[Timings, Timings]:
-    """Median timings of ``candidate()`` and ``reference()``, interleaved."""
-    for _ in range(warmup):
+                      budget_s: float, warmup_s: float = 0.0) -> tuple[Timings, Timings]:
+    """Median timings of ``candidate()`` and ``reference()``, interleaved.
+
+    Warm-up runs both at least ``warmup`` times and for at least ``warmup_s``
+    seconds: a GPU that just sat idle needs that long to reach its clocks.
+    """
+    warm_until = time.monotonic() + warmup_s
+    done = 0
+    while done < warmup or (time.monotonic() < warm_until and done < 10_000):
         candidate()
         reference()
+        done += 1
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
     if device.startswith("cuda"):
         timer = _CudaTimer(torch.device(device))
     else:
@@ -69,8 +78,11 @@ class _CudaTimer:
         self.end = torch.cuda.Event(enable_timing=True)
 
     def time(self, fn) -> float:
+        torch.cuda.synchronize()  # nothing else in flight
+        # The flush evicts L2 outside the timed window; while the GPU runs it, the CPU gets
+        # through the Python launch path of ``fn``, so launch overhead (larger for Triton than
+        # for eager PyTorch) is not counted as kernel time, as with triton.testing.do_bench.
         self.flush.zero_()
-        torch.cuda.synchronize()
         self.start.record()
         fn()
         self.end.record()
