@@ -305,17 +305,13 @@ class Archive:
             seed_speedup = c.scalar(select(func.max(E.speedup)).join(sql.PROGRAMS, P.id == E.program_id)
                                     .where(P.task == task, P.operator == "seed",
                                            E.status == Status.CORRECT.value))
-            fitness = [f for _, _, f in self._elite_cells(c, task)]
         return {
             "programs": programs,
             "evaluations": sum(by_status.values()),
             "correct": by_status.get(Status.CORRECT.value, 0),
             "by_status": by_status,
-            "best_speedup": max(fitness) if fitness else None,
             "seed_speedup": seed_speedup,
-            "cells": len(fitness),
-            "coverage": len(fitness) / grid_size(self.descriptors),
-            "qd_score": float(sum(fitness)),
+            **self.qd_figures(task),
         }
 
     def qd_figures(self, task: str, island: int | None = None) -> dict:
