@@ -10,7 +10,7 @@ import time
 from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class Base(DeclarativeBase):
@@ -56,6 +56,11 @@ class EvaluationRow(Base):
     runtime_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     ref_runtime_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     runtime_spread: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ref_runtime_spread: Mapped[float | None] = mapped_column(Float, nullable=True)
+    speedup_noise: Mapped[float | None] = mapped_column(Float, nullable=True)
+    compiled_runtime_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    speedup_vs_compiled: Mapped[float | None] = mapped_column(Float, nullable=True)
+    roofline_fraction: Mapped[float | None] = mapped_column(Float, nullable=True)
     timing_representative: Mapped[bool] = mapped_column(Boolean, default=False)
     device: Mapped[str] = mapped_column(String(128), default="")
     shapes_checked: Mapped[int] = mapped_column(Integer, default=0)

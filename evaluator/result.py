@@ -30,6 +30,11 @@ class EvalResult:
     runtime_ms: float | None = None
     ref_runtime_ms: float | None = None
     runtime_spread: float | None = None  # (p80 - p20) / median of the candidate's timings
+    ref_runtime_spread: float | None = None  # the same for the reference
+    speedup_noise: float | None = None  # relative uncertainty of ``speedup`` from repeated measurement
+    compiled_runtime_ms: float | None = None  # torch.compile of the reference, timed alongside
+    speedup_vs_compiled: float | None = None
+    roofline_fraction: float | None = None  # achieved bytes/s or FLOP/s over the device's measured peak
     timing_representative: bool = False
     device: str = ""
     shapes_checked: int = 0
