@@ -11,8 +11,9 @@ from evaluator.sandbox import SandboxWorker
 class TimingSettings:
     warmup: int = 3
     warmup_s: float = 0.0  # and at least this long (GPU clocks ramp up after idling)
-    reps: int = 50
+    reps: int = 100
     budget_s: float = 2.0  # stop repeating once this much time went into timing
+    batch: int = 8  # GPU: pairs of calls queued between synchronisations (1: synchronise around each)
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,15 @@ class EvaluatorSettings:
     cpu_timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup=1, reps=3, budget_s=1.0))
     workers: int | None = None  # None: one per GPU, or one on the CPU
     cache_dir: str | None = None
+    noise_floor: float = 0.01  # speedups closer than this (relative) are not told apart
+    roofline_limit: float = 1.2  # beyond this fraction of the roofline a result is re-verified
+    roofline_peaks: dict | None = None  # {bytes_per_s, flops_per_s}; None: measured on each GPU
+    compile_baseline: bool | None = None  # time torch.compile of the reference; None: on GPUs only
+    compile_backend: str = "inductor"
+    compile_mode: str | None = None
+    memory_limit_mb: int = 32768  # host memory (RSS) of one evaluation; its process group is killed beyond
+    gpu_memory_fraction: float = 0.9  # of the GPU, for one evaluation's allocations
+    isolate_network: bool = True  # a private network namespace for candidates, where the OS allows
 
     def __post_init__(self):
         if self.device not in ("auto", "cpu", "cuda"):
@@ -35,6 +45,15 @@ class EvaluatorSettings:
             raise ValueError("evaluator.seeds needs at least one seed")
         if self.timeout_s <= 0:
             raise ValueError("evaluator.timeout_s must be positive")
+        if self.roofline_peaks is not None:
+            peaks = dict(self.roofline_peaks)
+            if set(peaks) != {"bytes_per_s", "flops_per_s"} or min(float(v) for v in peaks.values()) <= 0:
+                raise ValueError("evaluator.roofline_peaks needs positive bytes_per_s and flops_per_s, or null")
+            object.__setattr__(self, "roofline_peaks", {k: float(v) for k, v in peaks.items()})
+        if self.roofline_limit <= 0 or self.noise_floor < 0:
+            raise ValueError("evaluator.roofline_limit must be positive and evaluator.noise_floor >= 0")
+        if not 0 < self.gpu_memory_fraction <= 1 or self.memory_limit_mb <= 0:
+            raise ValueError("evaluator.gpu_memory_fraction must be in (0, 1] and memory_limit_mb positive")
 
 
 class Evaluator:
@@ -56,10 +75,21 @@ class Evaluator:
             "device": "cuda" if self.device == "cuda" else "cpu",
             "seeds": list(self.settings.seeds), "cpu_max_numel": self.settings.cpu_max_numel,
             "timing": {"warmup": timing.warmup, "warmup_s": timing.warmup_s, "reps": timing.reps,
-                       "budget_s": timing.budget_s},
+                       "budget_s": timing.budget_s, "batch": timing.batch},
+            "noise_floor": self.settings.noise_floor, "roofline_limit": self.settings.roofline_limit,
+            "roofline_peaks": self.settings.roofline_peaks, "memory_limit_mb": self.settings.memory_limit_mb,
+            "gpu_memory_fraction": self.settings.gpu_memory_fraction,
+            "isolate_network": self.settings.isolate_network,
+            "compile_baseline": self._compile_baseline(),
             **extra,
         }
         return self.worker.request(message, self.settings.timeout_s)
+
+    def _compile_baseline(self) -> dict | None:
+        wanted = self.settings.compile_baseline
+        if wanted is False or (wanted is None and self.device != "cuda"):
+            return None
+        return {"backend": self.settings.compile_backend, "mode": self.settings.compile_mode}
 
     def evaluate(self, task_name: str, task_source: str, candidate_source: str) -> EvalResult:
         reply = self._request("evaluate", task_name, task_source, candidate_source=candidate_source)

@@ -2,13 +2,16 @@
 
 The two callables are timed interleaved, call by call, on the same device and
 in the same process, so a speedup is a ratio of medians measured under the
-same conditions.  On a GPU each timed call is bracketed by CUDA events, the
-device is synchronised around it and the L2 cache is flushed before it,
-outside the timed window (the flush also hides the host's launch overhead).  On the CPU (Triton's interpreter) wall-clock time
-is taken, and the result is marked as not representative of a GPU.
+same conditions.  On a GPU each timed call is bracketed by CUDA events and
+the L2 cache is flushed before it, outside the timed window; a few pairs of
+calls are queued between device-wide synchronisations, so the host's launch
+path is hidden behind the flush.  On the CPU (Triton's interpreter)
+wall-clock time is taken, and the result is marked as not representative of
+a GPU.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -25,6 +28,16 @@ class Timings:
     samples: int
 
 
+@dataclass
+class SideBySide:
+    """Timings of a candidate and a baseline taken interleaved, call by call."""
+
+    candidate: Timings
+    baseline: Timings
+    ratio: float  # baseline median over candidate median: the speedup
+    noise: float  # relative half-width of a ~95% interval of the ratio, from the paired samples
+
+
 def summarize(samples_ms: list[float]) -> Timings:
     ordered = sorted(samples_ms)
     med = statistics.median(ordered)
@@ -33,58 +46,82 @@ def summarize(samples_ms: list[float]) -> Timings:
     return Timings(median_ms=med, spread=(p80 - p20) / med if med > 0 else 0.0, samples=len(ordered))
 
 
-def time_side_by_side(candidate, reference, device: str, *, warmup: int, reps: int,
-                      budget_s: float, warmup_s: float = 0.0) -> tuple[Timings, Timings]:
-    """Median timings of ``candidate()`` and ``reference()``, interleaved.
+def ratio_noise(candidate_ms: list[float], baseline_ms: list[float]) -> float:
+    """Relative uncertainty of the speedup, from the ratios of adjacent (paired) calls.
+
+    Pairing cancels slow drift (clocks, temperature) that hits both alike; the
+    interval is that of a median, ~1.8 IQR / sqrt(n) (normal approximation).
+    """
+    ratios = sorted(b / c for c, b in zip(candidate_ms, baseline_ms) if c > 0)
+    if len(ratios) < 3:
+        return float("inf")
+    med = statistics.median(ratios)
+    q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+    return 1.82 * (q3 - q1) / math.sqrt(len(ratios)) / med if med > 0 else float("inf")
+
+
+def time_side_by_side(candidate, baseline, device: str, *, warmup: int, reps: int,
+                      budget_s: float, warmup_s: float = 0.0, batch: int = 8) -> SideBySide:
+    """Median timings of ``candidate()`` and ``baseline()``, interleaved.
 
     Warm-up runs both at least ``warmup`` times and for at least ``warmup_s``
     seconds: a GPU that just sat idle needs that long to reach its clocks.
+    On a GPU, ``batch`` pairs of calls are queued between synchronisations
+    (as ``triton.testing.do_bench`` does), so the GPU never waits for the
+    host's launch path inside a timed window; ``batch=1`` synchronises
+    around every pair.
     """
     warm_until = time.monotonic() + warmup_s
     done = 0
     while done < warmup or (time.monotonic() < warm_until and done < 10_000):
         candidate()
-        reference()
+        baseline()
         done += 1
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-    if device.startswith("cuda"):
-        timer = _CudaTimer(torch.device(device))
-    else:
-        timer = _WallTimer()
-    cand, ref = [], []
+    batch = max(1, batch)
+    timer = _CudaTimer(torch.device(device), 2 * batch) if device.startswith("cuda") else _WallTimer()
+    cand, base = [], []
     deadline = time.monotonic() + budget_s
-    for i in range(reps):
+    for first in range(0, reps, batch):
         # Alternate which one goes first so neither always follows the other.
-        order = ((candidate, cand), (reference, ref)) if i % 2 == 0 else ((reference, ref), (candidate, cand))
-        for fn, out in order:
-            out.append(timer.time(fn))
-        if i >= 2 and time.monotonic() > deadline:
+        pairs = [(candidate, baseline) if i % 2 == 0 else (baseline, candidate)
+                 for i in range(first, min(reps, first + batch))]
+        times = timer.run([fn for pair in pairs for fn in pair])
+        for (a, _), t_a, t_b in zip(pairs, times[0::2], times[1::2]):
+            cand.append(t_a if a is candidate else t_b)
+            base.append(t_b if a is candidate else t_a)
+        if len(cand) >= 3 and time.monotonic() > deadline:
             break
-    return summarize(cand), summarize(ref)
+    c, b = summarize(cand), summarize(base)
+    return SideBySide(candidate=c, baseline=b, ratio=b.median_ms / c.median_ms if c.median_ms > 0 else 0.0,
+                      noise=ratio_noise(cand, base))
 
 
 class _WallTimer:
-    def time(self, fn) -> float:
-        start = time.perf_counter()
-        fn()
-        return (time.perf_counter() - start) * 1e3
+    def run(self, calls) -> list[float]:
+        times = []
+        for fn in calls:
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        return times
 
 
 class _CudaTimer:
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, slots: int):
         self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
+        self.events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                       for _ in range(slots)]
 
-    def time(self, fn) -> float:
+    def run(self, calls) -> list[float]:
         torch.cuda.synchronize()  # nothing else in flight
-        # The flush evicts L2 outside the timed window; while the GPU runs it, the CPU gets
-        # through the Python launch path of ``fn``, so launch overhead (larger for Triton than
-        # for eager PyTorch) is not counted as kernel time, as with triton.testing.do_bench.
-        self.flush.zero_()
-        self.start.record()
-        fn()
-        self.end.record()
+        for fn, (start, end) in zip(calls, self.events):
+            # The flush evicts L2 outside the timed window; while the GPU runs it, the host
+            # queues ``fn``, so the host's launch path is not counted as kernel time.
+            self.flush.zero_()
+            start.record()
+            fn()
+            end.record()
         torch.cuda.synchronize()
-        return self.start.elapsed_time(self.end)
+        return [start.elapsed_time(end) for _, (start, end) in zip(calls, self.events)]

@@ -21,6 +21,8 @@ from pathlib import Path
 
 FILE_SIZE_LIMIT = 1 << 30  # a runaway candidate cannot fill the disk
 _PR_SET_PDEATHSIG = 1
+_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def die_with_parent() -> None:
@@ -31,6 +33,38 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # not Linux: the timeouts still apply
         pass
+
+
+def isolate_network() -> str:
+    """Move this process into a new, empty network namespace (loopback down, no routes).
+
+    Needs CAP_SYS_ADMIN, or unprivileged user namespaces (then this process
+    maps itself to its own uid, so file access is unchanged).  Returns what
+    was achieved; containers often allow neither.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(_CLONE_NEWNET) == 0:
+            return "isolated"
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
+            return f"not isolated: unshare failed ({os.strerror(ctypes.get_errno())})"
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+        return "isolated (user namespace)"
+    except (OSError, AttributeError) as exc:
+        return f"not isolated: {exc}"
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _send(stream, message: dict) -> None:
@@ -57,22 +91,27 @@ def _child(request: dict, write_fd: int, log_path: Path, cpu_limit_s: int) -> No
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
     # A backstop should the worker itself be stopped before it can enforce the timeout.
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit_s, cpu_limit_s))
+    network = isolate_network() if request.get("isolate_network") else "not isolated: disabled"
     from evaluator import harness
 
     try:
         reply = harness.handle(request)
     except BaseException as exc:  # report, never let the child fall back into the server loop
         reply = {"harness_error": f"{type(exc).__name__}: {exc}"}
+    if isinstance(reply.get("extra"), dict):
+        reply["extra"]["network"] = network
     data = json.dumps(reply).encode()
     view = memoryview(data)
     while view:
         written = os.write(write_fd, view)
         view = view[written:]
+    os.close(write_fd)  # the reply is complete: the worker need not wait for CUDA's teardown
 
 
 def run_isolated(request: dict, scratch: Path) -> dict:
-    """Run one request in a forked child; kill its process group on timeout."""
+    """Run one request in a forked child; kill its process group on timeout or excess memory."""
     timeout_s = float(request.get("timeout_s", 60))
+    memory_limit = int(request.get("memory_limit_mb") or 0) << 20
     log_path = scratch / "child.log"
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -86,37 +125,50 @@ def run_isolated(request: dict, scratch: Path) -> dict:
         finally:
             os._exit(code)
     os.close(write_fd)
-    chunks, deadline, timed_out = [], time.monotonic() + timeout_s, False
+    chunks, deadline, timed_out, rss = [], time.monotonic() + timeout_s, False, 0
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             timed_out = True
             break
-        ready, _, _ = select.select([read_fd], [], [], remaining)
+        ready, _, _ = select.select([read_fd], [], [], min(remaining, 0.1))
         if ready:
             chunk = os.read(read_fd, 1 << 16)
             if not chunk:
                 break
             chunks.append(chunk)
+        elif memory_limit and (rss := _rss_bytes(pid)) > memory_limit:
+            break
     os.close(read_fd)
-    if timed_out:
+    reply = _parse(chunks) if not (timed_out or rss > memory_limit > 0) else None
+    if reply is not None or timed_out or rss > memory_limit > 0:
+        # With a reply in hand, killing the child skips its CUDA teardown (~0.1 s a candidate).
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     _, status = os.waitpid(pid, 0)
+    if reply is not None:
+        return reply
+    if rss > memory_limit > 0:
+        return {"sandbox": "memory", "reason": f"used {rss >> 20} MiB of host memory, over the limit of "
+                f"{memory_limit >> 20} MiB; process group killed", "log": _tail(log_path)}
     if timed_out:
         return {"sandbox": "timeout", "reason": f"no result within {timeout_s:g} s; process group killed",
                 "log": _tail(log_path)}
-    if chunks:
-        try:
-            return json.loads(b"".join(chunks))
-        except ValueError:
-            pass
     how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
            else f"exited with code {os.WEXITSTATUS(status)}")
     return {"sandbox": "crashed", "reason": f"the evaluation process {how} without a result",
             "log": _tail(log_path)}
+
+
+def _parse(chunks: list[bytes]) -> dict | None:
+    if not chunks:
+        return None
+    try:
+        return json.loads(b"".join(chunks))
+    except ValueError:  # cut short: the child died while writing
+        return None
 
 
 def main() -> None:

@@ -173,3 +173,84 @@ def test_settings_are_validated():
     with pytest.raises(ValueError, match="seed"):
         EvaluatorSettings(seeds=())
     assert os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _with(evaluator, **changes):
+    """The module's evaluator with some settings changed for one test (they travel per request)."""
+    import dataclasses
+
+    evaluator.settings = dataclasses.replace(evaluator.settings, **changes)
+    return evaluator
+
+
+@pytest.fixture
+def settings_restored(evaluator):
+    saved = evaluator.settings
+    yield
+    evaluator.settings = saved
+
+
+def test_result_reports_noise_work_and_phases(evaluator):
+    result = evaluator.evaluate("double", TASK, candidate())
+    assert result.status is Status.CORRECT
+    assert result.speedup_noise >= evaluator.settings.noise_floor
+    assert result.ref_runtime_spread is not None
+    assert result.roofline_fraction is None  # the interpreter's speed says nothing about a roofline
+    assert "bytes of inputs and outputs" in result.extra["work"]
+    assert set(result.extra["phases"]) == {"load_s", "checks_s", "timing_s"}
+
+
+def test_a_speedup_beyond_the_roofline_is_reverified_then_rejected(evaluator, settings_restored):
+    # Peaks far below what the candidate reaches: every timing is "faster than the hardware".
+    _with(evaluator, roofline_peaks={"bytes_per_s": 1e3, "flops_per_s": 1e3})
+    result = evaluator.evaluate("double", TASK, candidate())
+    assert result.status is Status.REJECTED
+    assert "roofline" in result.reason and "re-verification" in result.reason
+    _with(evaluator, roofline_peaks={"bytes_per_s": 1e15, "flops_per_s": 1e15})
+    plausible = evaluator.evaluate("double", TASK, candidate())
+    assert plausible.status is Status.CORRECT and 0 < plausible.roofline_fraction < 1
+
+
+def test_torch_compile_baseline_is_timed_and_chained(evaluator, settings_restored):
+    # aot_eager exercises the path without a C++ toolchain; on GPUs the default is inductor.
+    _with(evaluator, compile_baseline=True, compile_backend="aot_eager")
+    result = evaluator.evaluate("double", TASK, candidate())
+    assert result.status is Status.CORRECT, result.reason
+    assert result.compiled_runtime_ms > 0
+    assert result.speedup_vs_compiled == pytest.approx(result.compiled_runtime_ms / result.runtime_ms)
+
+
+def test_a_candidate_over_the_memory_limit_is_killed(evaluator, settings_restored):
+    _with(evaluator, memory_limit_mb=1500)
+    hog = candidate("hog = torch.ones(1 << 30, dtype=torch.float32); import time; time.sleep(5)")
+    result = evaluator.evaluate("double", TASK, hog)
+    assert result.status is Status.CRASHED and "memory" in result.reason
+    assert evaluator.evaluate("double", TASK, candidate()).status is Status.CORRECT
+
+
+def test_a_tensor_subclass_output_is_incorrect(evaluator):
+    lazy = candidate().replace("        return out", "        return torch.nn.Parameter(out, requires_grad=False)"
+                               ".as_subclass(Lazy)")
+    lazy = lazy.replace("class ModelNew", "class Lazy(torch.Tensor):\n    pass\n\nclass ModelNew")
+    result = evaluator.evaluate("double", TASK, lazy)
+    assert result.status is Status.INCORRECT and "tensor subclass" in result.reason
+
+
+def test_candidates_have_no_network(evaluator):
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    probe = evaluator.evaluate("double", TASK, candidate())
+    if not probe.extra.get("network", "").startswith("isolated"):
+        pytest.skip(f"this machine allows no network namespace: {probe.extra.get('network')}")
+    # __import__ gets past the static check: this is the run-time layer's test.
+    phone_home = candidate(f"__import__('soc' + 'ket').create_connection(('127.0.0.1', {port}), timeout=2)")
+    result = evaluator.evaluate("double", TASK, phone_home)
+    assert result.status is Status.RUNTIME_ERROR
+    with pytest.raises(socket.timeout):
+        server.accept()
+    server.close()

@@ -50,3 +50,26 @@ def test_cheats_are_caught_on_the_gpu(gpu_evaluator, builtin_tasks):
     unwritten = gelu.seeds[0].replace("n = x.numel()", "n = x.numel() - 1")
     result = gpu_evaluator.evaluate(gelu.name, gelu.source, unwritten)
     assert result.status is Status.INCORRECT and "NaN" in result.reason, result.reason
+
+
+def test_evo_eval_gives_the_right_verdicts_on_the_gpu(builtin_tasks, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    task = builtin_tasks["softmax"]
+    right, wrong = tmp_path / "right.py", tmp_path / "wrong.py"
+    right.write_text(task.seeds[0])
+    wrong.write_text(task.seeds[0].replace("tl.exp(", "tl.exp(0.5 * ", 1))
+    assert wrong.read_text() != right.read_text()
+    verdicts = {}
+    for candidate in (right, wrong):
+        out = subprocess.run([sys.executable, "-m", "evo.cli", "eval", f"task={task.path}",
+                              f"candidate={candidate}"], capture_output=True, text=True, timeout=600)
+        verdicts[candidate.stem] = json.loads(out.stdout.strip().splitlines()[-1])
+    ok = verdicts["right"]
+    assert ok["status"] == "correct", ok
+    assert 0 < ok["roofline_fraction"] <= 1.2, ok  # of the measured peak bandwidth
+    assert ok["speedup_vs_compiled"] > 0 and ok["compiled_runtime_ms"] > 0, ok
+    assert ok["speedup_noise"] >= 0.01
+    assert verdicts["wrong"]["status"] == "incorrect", verdicts["wrong"]

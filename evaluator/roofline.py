@@ -1,0 +1,111 @@
+"""The hardware roofline: measured peaks, the work of one call, and the fraction reached.
+
+Peaks are measured once per worker on its GPU (a large device-to-device copy
+for memory bandwidth, a large fp16 matmul for arithmetic) and cached in the
+worker's scratch directory, so later candidates reuse them.  They can also be
+given in the evaluator's settings (``roofline_peaks``), e.g. from a datasheet.
+The work of one call comes from the task (``flops(*inputs)``,
+``bytes_moved(*inputs)``); without ``bytes_moved`` the bytes of the inputs
+and outputs are used, a lower bound on the traffic of any correct kernel.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from evaluator.compare import flatten
+
+COPY_BYTES = 1 << 30  # per buffer: far beyond any L2
+MATMUL_N = 8192
+
+
+@dataclass(frozen=True)
+class Peaks:
+    bytes_per_s: float
+    flops_per_s: float
+    source: str  # "measured on <device>" or "configured"
+
+
+@dataclass(frozen=True)
+class Work:
+    bytes: float
+    flops: float
+    declared: bool  # False when the bytes were derived from the inputs and outputs
+
+
+def _best_ms(fn, reps: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = math.inf
+    fn()
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end))
+    return best
+
+
+def _copy_ms(device: str) -> float:
+    src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    return _best_ms(lambda: dst.copy_(src), 10)
+
+
+def _matmul_ms(device: str) -> float:
+    a = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.float16, device=device)
+    b = torch.randn_like(a)
+    return _best_ms(lambda: a @ b, 10)
+
+
+def measure_peaks(device: str) -> Peaks:
+    """Peak memory bandwidth and fp16 matmul throughput of this GPU, as reached by PyTorch."""
+    copy_ms, mm_ms = _copy_ms(device), _matmul_ms(device)
+    torch.cuda.empty_cache()
+    return Peaks(bytes_per_s=2 * COPY_BYTES / (copy_ms * 1e-3), flops_per_s=2 * MATMUL_N ** 3 / (mm_ms * 1e-3),
+                 source=f"measured on {torch.cuda.get_device_name()}")
+
+
+def peaks_for(device: str, configured: dict | None, scratch: Path) -> Peaks | None:
+    """Configured peaks, else this GPU's measured ones (cached per worker); None on the CPU."""
+    if configured:
+        return Peaks(float(configured["bytes_per_s"]), float(configured["flops_per_s"]), "configured")
+    if not device.startswith("cuda"):
+        return None  # the interpreter's speed says nothing about a roofline
+    cache = scratch / "roofline_peaks.json"
+    name = torch.cuda.get_device_name()
+    try:
+        data = json.loads(cache.read_text())
+        if data.get("device") == name:
+            return Peaks(data["bytes_per_s"], data["flops_per_s"], data["source"])
+    except (OSError, ValueError, KeyError):
+        pass
+    peaks = measure_peaks(device)
+    cache.write_text(json.dumps({"device": name, "bytes_per_s": peaks.bytes_per_s,
+                                 "flops_per_s": peaks.flops_per_s, "source": peaks.source}))
+    return peaks
+
+
+def _tensor_bytes(values) -> int:
+    return sum(v.numel() * v.element_size() for v in flatten(values) if isinstance(v, torch.Tensor))
+
+
+def work_of(problem, inputs: list, outputs) -> Work:
+    flops_fn, bytes_fn = getattr(problem, "flops", None), getattr(problem, "bytes_moved", None)
+    flops = float(flops_fn(*inputs)) if callable(flops_fn) else 0.0
+    if callable(bytes_fn):
+        return Work(bytes=float(bytes_fn(*inputs)), flops=flops, declared=True)
+    return Work(bytes=float(_tensor_bytes(inputs) + _tensor_bytes(outputs)), flops=flops, declared=False)
+
+
+def fraction(work: Work, runtime_ms: float, peaks: Peaks) -> float:
+    """The larger of achieved bandwidth over peak and achieved FLOP/s over peak."""
+    seconds = runtime_ms * 1e-3
+    if seconds <= 0:
+        return math.inf
+    return max(work.bytes / seconds / peaks.bytes_per_s, work.flops / seconds / peaks.flops_per_s)
