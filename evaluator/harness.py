@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from evaluator.calls import Failure, call, error_text, make_inputs
-from evaluator.compare import flatten
+from evaluator.compare import mismatch
 from evaluator.correctness import Verifier
 from evaluator.guards import compiled_kernels, timer_identities, timers_tampered, uninstall_launch_counter
 from evaluator.result import EvalResult, Status
@@ -79,9 +79,11 @@ def check_task(request: dict) -> dict:
             for shape in shapes:
                 first = model(*make_inputs(problem, shape, 0, device))
                 second = model(*make_inputs(problem, shape, 1, device))
-                if all(isinstance(t, torch.Tensor) and torch.equal(a, t)
-                       for a, t in zip(flatten(first), flatten(second))):
-                    warnings.append(f"shape {shape}: the reference output does not change with its inputs")
+                # Outputs for different inputs that agree within the task's tolerance: a kernel
+                # that ignores its inputs and returns a constant would pass the checks.
+                if mismatch(first, second, getattr(problem, "ATOL", None), getattr(problem, "RTOL", None)) is None:
+                    warnings.append(f"shape {shape}: the reference output barely depends on its inputs "
+                                    "(outputs for two input seeds agree within the tolerance)")
         return {"ok": True, "shapes": len(shapes), "warnings": warnings}
     except Exception as exc:  # the user's reference: report whatever it raised
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": error_text(exc)}

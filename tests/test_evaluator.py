@@ -160,6 +160,8 @@ def test_check_task_reports_a_failing_reference(evaluator):
     assert not check["ok"] and "reference broke" in check["error"]
     constant = TASK.replace("return x * 2.0", "return torch.ones(3)")
     assert evaluator.check_task("double", constant)["warnings"]
+    nearly_constant = TASK.replace("return x * 2.0", "return 1.0 + 1e-7 * x")
+    assert "barely depends" in evaluator.check_task("double", nearly_constant)["warnings"][0]
 
 
 def test_result_round_trips_through_a_dict():
