@@ -1,8 +1,10 @@
-"""The ``evo`` command: ``run`` (Hydra), ``eval`` and ``status``.
+"""The ``evo`` command: ``run`` (Hydra), ``eval``, ``status`` and ``export``.
 
     evo run [key=value ...]            start or resume a search (Hydra overrides; -m for sweeps)
     evo eval task=PATH candidate=PATH  evaluate one candidate; the last line printed is JSON
     evo status run.dir=DIR             the tables of a running or finished run (reads it read-only)
+    evo export run.dir=DIR out=PATH [tasks=a,b] [min_speedup=X] [top_k=N]
+                                       the best kernels as a Python package (merged into an existing one)
 """
 from __future__ import annotations
 
@@ -133,7 +135,27 @@ def status_command(args: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"eval": eval_command, "status": status_command}
+EXPORT_USAGE = "evo export run.dir=DIR out=PATH [tasks=a,b] [min_speedup=X] [top_k=N]"
+
+
+def export_command(args: list[str]) -> int:
+    from evo.export import ExportOptions, export_run
+    from evo.run_view import open_run
+
+    try:
+        picked = _run_args(args, EXPORT_USAGE, {"tasks", "min_speedup", "top_k"}, {"out"})
+        options = ExportOptions.parse(picked.get("tasks"), picked.get("min_speedup"), picked.get("top_k"))
+        with open_run(picked["run.dir"]) as run:
+            changes = export_run(run, Path(picked["out"]), options)
+    except EvoError as exc:
+        return _fail(str(exc))
+    for change in changes:
+        print(change)
+    print(f"exported to {Path(picked['out']).expanduser().resolve()}")
+    return 0
+
+
+COMMANDS = {"eval": eval_command, "status": status_command, "export": export_command}
 
 
 def main(argv: list[str] | None = None) -> int:
