@@ -1,8 +1,9 @@
-"""The ``evo`` command: ``run`` (Hydra), ``eval``, ``status`` and ``export``.
+"""The ``evo`` command: ``run`` (Hydra), ``eval``, ``status``, ``report`` and ``export``.
 
     evo run [key=value ...]            start or resume a search (Hydra overrides; -m for sweeps)
     evo eval task=PATH candidate=PATH  evaluate one candidate; the last line printed is JSON
     evo status run.dir=DIR             the tables of a running or finished run (reads it read-only)
+    evo report run.dir=DIR [out=DIR]   plots and one self-contained HTML page (default out: DIR/report)
     evo export run.dir=DIR out=PATH [tasks=a,b] [min_speedup=X] [top_k=N]
                                        the best kernels as a Python package (merged into an existing one)
 """
@@ -155,7 +156,21 @@ def export_command(args: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"eval": eval_command, "status": status_command, "export": export_command}
+def report_command(args: list[str]) -> int:
+    from evo.report import write_report
+    from evo.run_view import open_run
+
+    try:
+        picked = _run_args(args, "evo report run.dir=DIR [out=DIR]", {"out"})
+        with open_run(picked["run.dir"]) as run:
+            page = write_report(run, Path(picked["out"]) if "out" in picked else run.dir / "report")
+    except EvoError as exc:
+        return _fail(str(exc))
+    print(f"report: {page}")
+    return 0
+
+
+COMMANDS = {"eval": eval_command, "status": status_command, "export": export_command, "report": report_command}
 
 
 def main(argv: list[str] | None = None) -> int:
