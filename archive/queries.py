@@ -14,7 +14,7 @@ import sqlite3
 import urllib.parse
 from pathlib import Path
 
-from sqlalchemy import and_, case, create_engine, func, select
+from sqlalchemy import and_, case, create_engine, func, inspect, null, select
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive.store import ArchiveError
@@ -26,8 +26,10 @@ CORRECT = "correct"
 LATEST = select(func.max(E.id).label("id")).group_by(E.program_id).subquery()
 EVALUATED = EVALUATIONS.join(LATEST, LATEST.c.id == E.id).join(PROGRAMS, P.id == E.program_id)
 KERNEL_FIELDS = (P.id, P.task, P.island, P.generation, P.operator, P.source, P.source_hash, P.cell_key,
-                 E.speedup, E.runtime_ms, E.ref_runtime_ms, E.speedup_noise, E.speedup_vs_compiled,
-                 E.roofline_fraction, E.timing_representative, E.device, E.created_at)
+                 E.speedup, E.runtime_ms, E.ref_runtime_ms, E.timing_representative, E.device, E.created_at)
+# Facts of schema 2; an archive written by an older engine lacks them and reads as NULL.
+NEWER_FIELDS = ("speedup_noise", "speedup_vs_compiled", "roofline_fraction", "compiled_runtime_ms",
+                "ref_runtime_spread")
 
 
 def _connect_readonly(path: Path):
@@ -124,8 +126,16 @@ class ArchiveReader:
         where = [P.task == task, E.status == CORRECT, E.speedup.is_not(None)]
         if min_speedup is not None:
             where.append(E.speedup >= min_speedup)
-        return self._rows(select(*KERNEL_FIELDS).select_from(EVALUATED).where(*where)
+        present = self._evaluation_columns()
+        newer = [E[name] if name in present else null().label(name) for name in NEWER_FIELDS]
+        return self._rows(select(*KERNEL_FIELDS, *newer).select_from(EVALUATED).where(*where)
                           .order_by(E.speedup.desc(), P.id).limit(k))
+
+    def _evaluation_columns(self) -> set[str]:
+        try:
+            return {c["name"] for c in inspect(self.engine).get_columns("evaluations")}
+        except (DatabaseError, OperationalError) as exc:
+            raise ArchiveError(f"cannot read archive {self.where}: {exc.orig}") from None
 
     def programs(self, ids) -> dict[int, dict]:
         """Programs by id with their latest evaluation's status and speedup (None if not evaluated)."""

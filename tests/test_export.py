@@ -150,3 +150,17 @@ def test_export_refusals_write_nothing(small_run, tmp_path, capsys, case):
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
     if case in ("not_a_library", "a_file"):
         assert (out / "mine.py" if case == "not_a_library" else out).read_text() == "keep me\n"
+
+
+def test_export_reads_an_archive_of_an_older_schema(small_run, tmp_path):
+    import shutil
+    import sqlite3
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(small_run, run_dir)
+    with sqlite3.connect(run_dir / "archive.db") as db:  # schema 1 had none of these columns
+        for column in ("roofline_fraction", "speedup_vs_compiled", "speedup_noise"):
+            db.execute(f"ALTER TABLE evaluations DROP COLUMN {column}")
+    assert main(["export", f"run.dir={run_dir}", f"out={tmp_path / 'lib'}", "tasks=row_sum"]) == 0
+    kernel = json.loads((tmp_path / "lib" / "manifest.json").read_text())["tasks"]["row_sum"]["kernels"][0]
+    assert kernel["roofline_fraction"] is None and kernel["speedup"] > 0

@@ -68,3 +68,21 @@ def test_report_of_a_missing_run(tmp_path, capsys):
     assert main(["report", f"run.dir={tmp_path / 'nope'}"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "nope").exists()
+
+
+def test_llm_calls_show_in_report_and_status(small_run, tmp_path, capsys):
+    from archive import Archive
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(small_run, run_dir)
+    archive = Archive(f"sqlite:///{run_dir / 'archive.db'}")
+    calls = [dict(model="openai/m1", cost_usd=0.25, prompt_tokens=10), dict(model="openai/m1", error="timeout")]
+    archive.record_llm_calls(calls, task="gelu", island=0, operator="llm_rewrite", program_id=2)
+    archive.close()
+    assert main(["report", f"run.dir={run_dir}", f"out={tmp_path / 'report'}"]) == 0
+    assert {"cost.png", "models.png"} <= {p.name for p in (tmp_path / "report").iterdir()}
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "openai/m1" in html and "$0.2500" in html and "No LLM calls" not in html
+    assert main(["status", f"run.dir={run_dir}"]) == 0
+    out = capsys.readouterr().out
+    assert "openai/m1" in out and "LLM calls: 2, 1 failed ($0.2500)" in out
