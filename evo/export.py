@@ -156,8 +156,7 @@ def _buckets(kernels: list[dict]) -> list[dict]:
 
 
 def _changes(task: str, before: list[dict], after: list[dict], dropped: list[dict]) -> list[dict]:
-    old_modules = {k["module"] for k in before}
-    added = [k for k in after if k["module"] not in old_modules]
+    added = [k for k in after if not any(k is b for b in before)]
     out = [dict(task=task, action="added", kernel=k["module"], speedup=k["speedup"], device_class=k["device_class"])
            for k in added]
     out += [dict(task=task, action="dropped", kernel=k["module"], speedup=k["speedup"],
@@ -205,8 +204,9 @@ def export_run(run: RunView, out: Path, options: ExportOptions) -> list[str]:
                 reference_hash=task.source_hash, kernels=[], buckets=[])
         new = [_kernel_entry(run, task, f"{entry['module']}_{r['source_hash'][:12]}", r, versions,
                              runtime.device_class) for r in rows]
-        sources.update({k["module"]: r["source"] for k, r in zip(new, rows)})
         kept, dropped = merge_kernels(entry["kernels"], new, options.top_k)
+        # Kernels the library keeps from before are copied as they are; only new ones are written.
+        sources.update({k["module"]: r["source"] for k, r in zip(new, rows) if any(k is c for c in kept)})
         changes += _changes(task.name, entry["kernels"], kept, dropped)
         entry["kernels"], entry["buckets"] = kept, _buckets(kept)
     if not any(manifest["tasks"].get(t.name) for t in tasks):
@@ -215,7 +215,10 @@ def export_run(run: RunView, out: Path, options: ExportOptions) -> list[str]:
     manifest["history"].append(dict(
         at=time.time(), run=str(run.dir), tasks=[t.name for t in tasks], top_k=options.top_k,
         min_speedup=options.min_speedup, changes=changes, skipped=skipped, **versions))
-    _write_package(out, manifest, sources, {t.name: t for t in tasks})
+    try:
+        _write_package(out, manifest, sources, {t.name: t for t in tasks})
+    except OSError as exc:
+        raise EvoError(f"cannot write the library {out}: {exc}; it was left as it was") from None
     lines = [_describe(c) for c in changes] or ["no kernel changed: the library's kernels are at least as fast"]
     return lines + [f"{name}: no correct kernel to export" for name in skipped]
 
@@ -241,7 +244,11 @@ def _write_package(out: Path, manifest: dict, sources: dict[str, str], tasks: di
         backup = out.with_name(f".{out.name}.export-old")
         shutil.rmtree(backup, ignore_errors=True)
         os.rename(out, backup)
-        os.rename(tmp, out)
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            os.rename(backup, out)
+            raise
         shutil.rmtree(backup)
     else:
         os.rename(tmp, out)

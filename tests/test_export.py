@@ -91,6 +91,14 @@ def test_export_into_the_library_merges_and_keeps_history(small_run, tmp_path, c
     assert len(manifest["tasks"]["gelu"]["kernels"]) == 1  # the same kernel again: nothing changed
     assert [c["task"] for c in manifest["history"][1]["changes"]] == ["row_sum"]
     assert "row_sum: added" in printed
+    # A kernel of another device class stays beside this run's, each serving its own class.
+    manifest["tasks"]["gelu"]["kernels"][0].update(device_class="h100", speedup=9.0, source_hash="other")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["export", f"run.dir={small_run}", f"out={out}", "tasks=gelu"]) == 0
+    assert "gelu: added" in capsys.readouterr().out
+    gelu = json.loads((out / "manifest.json").read_text())["tasks"]["gelu"]
+    assert sorted(b["device_class"] for b in gelu["buckets"]) == ["cpu", "h100"]
+    assert [k["speedup"] for k in gelu["kernels"]][0] == 9.0 and len(gelu["kernels"]) == 2
 
 
 def _kernel(module, speedup, device_class="h100"):
