@@ -66,12 +66,6 @@ class ArchiveReader:
     def close(self) -> None:
         self.engine.dispose()
 
-    def __enter__(self) -> "ArchiveReader":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def _rows(self, statement) -> list[dict]:
         try:
             with self.engine.connect() as c:
