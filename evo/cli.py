@@ -1,8 +1,11 @@
-"""The ``evo`` command: ``run`` (Hydra), ``eval`` and ``status``.
+"""The ``evo`` command: ``run`` (Hydra), ``eval``, ``status``, ``report`` and ``export``.
 
     evo run [key=value ...]            start or resume a search (Hydra overrides; -m for sweeps)
     evo eval task=PATH candidate=PATH  evaluate one candidate; the last line printed is JSON
-    evo status run.dir=DIR             the table of a running or finished run
+    evo status run.dir=DIR             the tables of a running or finished run (reads it read-only)
+    evo report run.dir=DIR [out=DIR]   plots and one self-contained HTML page (default out: DIR/report)
+    evo export run.dir=DIR out=PATH [tasks=a,b] [min_speedup=X] [top_k=N]
+                                       the best kernels as a Python package (merged into an existing one)
 """
 from __future__ import annotations
 
@@ -102,35 +105,72 @@ def eval_command(args: list[str]) -> int:
     return 0
 
 
+def _run_args(args: list[str], usage: str, optional: set[str] = frozenset(),
+              required: set[str] = frozenset()) -> dict[str, str]:
+    """``run.dir=DIR`` and the command's other ``key=value`` arguments; EvoError on anything else."""
+    picked, rest = _key_values(args, {"run.dir", *required, *optional})
+    if rest or not {"run.dir", *required} <= set(picked):
+        raise EvoError(f"usage: {usage}")
+    return picked
+
+
 def status_command(args: list[str]) -> int:
-    from omegaconf import OmegaConf
+    from evo.run_view import open_run
+    from evo.summary import model_table, operator_table, status_table
 
-    from archive import Archive
-    from evo.descriptors import by_names
-    from evo.runner import RUN_FILE
-    from evo.summary import summary_rows, summary_table
-
-    picked, rest = _key_values(args, {"run.dir"})
-    if "run.dir" not in picked or rest:
-        return _fail("usage: evo status run.dir=DIR")
-    run_dir = Path(picked["run.dir"]).expanduser().resolve()
-    marker = run_dir / RUN_FILE
-    if not marker.is_file():
-        return _fail(f"{run_dir} holds no evo run (no {RUN_FILE})")
     try:
-        info = json.loads(marker.read_text())
-        descriptors = by_names(OmegaConf.load(run_dir / "config.yaml").archive.descriptors)
-        archive = Archive(f"sqlite:///{run_dir / 'archive.db'}", descriptors=descriptors)
-        rows = summary_rows(archive, info["tasks"])
-        spend = archive.llm_spend()
-    except (EvoError, ValueError, KeyError, OSError) as exc:
-        return _fail(f"cannot read the run in {run_dir}: {exc}")
+        picked = _run_args(args, "evo status run.dir=DIR")
+        with open_run(picked["run.dir"]) as run:
+            rows, operators = run.task_rows(), run.archive.operator_rates()
+            models, spend = run.archive.model_rates(), run.archive.llm_spend()
+            children = run.archive.child_evaluation_count()
+    except EvoError as exc:
+        return _fail(str(exc))
     console = Console()
-    console.print(summary_table(rows, title=f"evo run {run_dir} ({info.get('device', '?')})"))
-    console.print(f"children evaluated: {archive.child_evaluation_count()}; resumes: {info.get('resumes', 0)}; "
-                  f"LLM calls: {spend['calls']} (${spend['cost_usd']:.4f})")
-    archive.close()
+    console.print(status_table(rows, title=f"evo run {run.dir} ({run.info.get('device', '?')})"))
+    console.print(operator_table(operators))
+    if models:
+        console.print(model_table(models))
+    console.print(f"children evaluated: {children}; resumes: {run.info.get('resumes', 0)}; "
+                  f"LLM calls: {spend['calls']}, {spend['errors']} failed (${spend['cost_usd']:.4f})")
     return 0
+
+
+EXPORT_USAGE = "evo export run.dir=DIR out=PATH [tasks=a,b] [min_speedup=X] [top_k=N]"
+
+
+def export_command(args: list[str]) -> int:
+    from evo.export import ExportOptions, export_run
+    from evo.run_view import open_run
+
+    try:
+        picked = _run_args(args, EXPORT_USAGE, {"tasks", "min_speedup", "top_k"}, {"out"})
+        options = ExportOptions.parse(picked.get("tasks"), picked.get("min_speedup"), picked.get("top_k"))
+        with open_run(picked["run.dir"]) as run:
+            changes = export_run(run, Path(picked["out"]), options)
+    except EvoError as exc:
+        return _fail(str(exc))
+    for change in changes:
+        print(change)
+    print(f"exported to {Path(picked['out']).expanduser().resolve()}")
+    return 0
+
+
+def report_command(args: list[str]) -> int:
+    from evo.report import write_report
+    from evo.run_view import open_run
+
+    try:
+        picked = _run_args(args, "evo report run.dir=DIR [out=DIR]", {"out"})
+        with open_run(picked["run.dir"]) as run:
+            page = write_report(run, Path(picked["out"]) if "out" in picked else run.dir / "report")
+    except EvoError as exc:
+        return _fail(str(exc))
+    print(f"report: {page}")
+    return 0
+
+
+COMMANDS = {"eval": eval_command, "status": status_command, "export": export_command, "report": report_command}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,10 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv = [f"{Path(sys.argv[0]).name} run", *rest]
         _run_main()
         return 0
-    if command == "eval":
-        return eval_command(rest)
-    if command == "status":
-        return status_command(rest)
+    if command in COMMANDS:
+        return COMMANDS[command](rest)
     return _fail(f"unknown command {command!r}\n{USAGE}")
 
 

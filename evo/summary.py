@@ -1,4 +1,4 @@
-"""The end-of-run table: per task, evaluations, correct, speedups, coverage."""
+"""The end-of-run table, and the tables of ``evo status``: per task, per operator, LLM spend."""
 from __future__ import annotations
 
 from rich.table import Table
@@ -14,11 +14,43 @@ def _x(value: float | None) -> str:
     return f"{value:.3f}x" if value is not None else "-"
 
 
-def summary_table(rows: list[dict], *, title: str) -> Table:
-    table = Table(title=title, caption="seed, best: speedup over the PyTorch reference")
-    for column in ("task", "evals", "correct", "seed", "best", "cells", "coverage"):
-        table.add_column(column, justify="left" if column == "task" else "right")
-    for r in rows:
-        table.add_row(r["task"], str(r["evaluations"]), str(r["correct"]), _x(r["seed_speedup"]),
-                      _x(r["best_speedup"]), str(r["cells"]), f"{100 * r['coverage']:.1f}%")
+def _pct(value: float | None) -> str:
+    return f"{100 * value:.1f}%" if value is not None else "-"
+
+
+def _table(title: str | None, columns: tuple[str, ...], rows: list[tuple], caption: str | None = None) -> Table:
+    table = Table(title=title, caption=caption)
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("task", "operator", "model") else "right")
+    for row in rows:
+        table.add_row(*row)
     return table
+
+
+def summary_table(rows: list[dict], *, title: str) -> Table:
+    return _table(title, ("task", "evals", "correct", "seed", "best", "cells", "coverage"),
+                  [(r["task"], str(r["evaluations"]), str(r["correct"]), _x(r["seed_speedup"]),
+                    _x(r["best_speedup"]), str(r["cells"]), _pct(r["coverage"])) for r in rows],
+                  caption="seed, best: speedup over the PyTorch reference")
+
+
+def status_table(rows: list[dict], *, title: str) -> Table:
+    """Per task: programs, evaluations, correct rate, best speedup, coverage, QD-score."""
+    return _table(title, ("task", "programs", "evals", "correct", "best", "coverage", "QD-score"),
+                  [(r["task"], str(r["programs"]), str(r["evaluations"]),
+                    _pct(r["correct"] / r["evaluations"] if r["evaluations"] else None), _x(r["best_speedup"]),
+                    f"{r['cells']} ({_pct(r['coverage'])})", f"{r['qd_score']:.3f}") for r in rows],
+                  caption="correct: share of evaluations; best: speedup over the PyTorch reference; "
+                          "QD-score: sum of the elites' speedups")
+
+
+def operator_table(rows: list[dict]) -> Table:
+    return _table(None, ("operator", "programs", "evaluated", "correct", "success"),
+                  [(r["operator"], str(r["programs"]), str(r["evaluated"]), str(r["correct"]), _pct(r["rate"]))
+                   for r in rows])
+
+
+def model_table(rows: list[dict]) -> Table:
+    return _table(None, ("model", "calls", "failed", "correct", "cost"),
+                  [(r["model"], str(r["calls"]), str(r["errors"]), _pct(r["rate"]), f"${r['cost_usd']:.4f}")
+                   for r in rows])

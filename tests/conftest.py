@@ -42,3 +42,17 @@ def cpu_evaluator():
     evaluator = Evaluator(EvaluatorSettings(device="cpu", timeout_s=60), "cpu")
     yield evaluator
     evaluator.close()
+
+
+@pytest.fixture(scope="session")
+def small_run(tmp_path_factory):
+    """A finished CPU run of the quick suite (4 children), made once; tests copy it before changing it."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path_factory.mktemp("small_run") / "run"
+    out = subprocess.run([sys.executable, "-m", "evo.cli", "run", f"run.dir={run_dir}", "run.budget.evaluations=4",
+                          "task=quick", "run.backend=local", "evaluator.device=cpu", "run.progress=false"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return run_dir

@@ -1,0 +1,188 @@
+"""Read-only queries over a run's archive, for ``evo status``, ``evo report`` and ``evo export``.
+
+:class:`ArchiveReader` opens the database read-only (SQLite: ``mode=ro``, so
+it neither creates nor changes anything and never waits on the run's
+``.lock``) and answers with SQLAlchemy Core selects over the tables of
+``archive.models``.  It works on a run that is still going: in WAL mode
+readers see the last committed state without blocking the writer.  Columns
+added by later schema versions (``roofline_fraction``, ``speedup_vs_compiled``,
+...) may be NULL.
+"""
+from __future__ import annotations
+
+import sqlite3
+import urllib.parse
+from pathlib import Path
+
+from sqlalchemy import and_, case, create_engine, func, inspect, null, select
+from sqlalchemy.exc import DatabaseError, OperationalError
+
+from archive.store import ArchiveError
+from archive.statements import CELLS, EVALUATIONS, LINEAGE, LLM_CALLS, PROGRAMS, STATS
+
+P, E, L = PROGRAMS.c, EVALUATIONS.c, LLM_CALLS.c
+CORRECT = "correct"
+# The latest evaluation of each program (a program evaluated again after a resume keeps its last result).
+LATEST = select(func.max(E.id).label("id")).group_by(E.program_id).subquery()
+EVALUATED = EVALUATIONS.join(LATEST, LATEST.c.id == E.id).join(PROGRAMS, P.id == E.program_id)
+KERNEL_FIELDS = (P.id, P.task, P.island, P.generation, P.operator, P.source, P.source_hash, P.cell_key,
+                 E.speedup, E.runtime_ms, E.ref_runtime_ms, E.timing_representative, E.device, E.created_at)
+# Facts of schema 2; an archive written by an older engine lacks them and reads as NULL.
+NEWER_FIELDS = ("speedup_noise", "speedup_vs_compiled", "roofline_fraction", "compiled_runtime_ms",
+                "ref_runtime_spread")
+
+
+def _connect_readonly(path: Path):
+    """A read-only SQLite connection that creates no file.
+
+    While a run has the database open, its ``-wal`` file exists and readers
+    share its ``-shm`` index (``mode=ro``: the database and the WAL are never
+    written).  Without a ``-wal`` no one has it open and ``immutable=1`` reads
+    the file alone, without creating ``-wal`` and ``-shm`` beside it.
+    """
+    def connect():
+        wal = path.with_name(path.name + "-wal").exists()
+        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro" + ("" if wal else "&immutable=1")
+        return sqlite3.connect(uri, uri=True, check_same_thread=False)
+    return connect
+
+
+class ArchiveReader:
+    """Selects over one run's archive; opens nothing for writing."""
+
+    def __init__(self, *, path: Path | None = None, url: str | None = None):
+        if path is not None:
+            path = Path(path)
+            if not path.is_file():
+                raise ArchiveError(f"no archive database at {path}")
+            self.where = str(path)
+            self.engine = create_engine("sqlite://", creator=_connect_readonly(path))
+        elif url is not None:
+            self.where = url
+            self.engine = create_engine(url)
+        else:
+            raise ValueError("ArchiveReader needs a path or a URL")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _rows(self, statement) -> list[dict]:
+        try:
+            with self.engine.connect() as c:
+                return [dict(r) for r in c.execute(statement).mappings()]
+        except (DatabaseError, OperationalError) as exc:
+            raise ArchiveError(f"cannot read archive {self.where}: {exc.orig}") from None
+
+    def _one(self, statement) -> dict:
+        return self._rows(statement)[0]
+
+    # -- tasks ------------------------------------------------------------------
+    def task_names(self) -> list[str]:
+        return [r["task"] for r in self._rows(select(P.task).distinct().order_by(P.task))]
+
+    def task_counts(self) -> dict[str, dict]:
+        """Per task: programs, evaluations, correct evaluations and the seed's best speedup."""
+        programs = self._rows(select(P.task, func.count().label("programs")).group_by(P.task))
+        evals = self._rows(
+            select(P.task, func.count(E.id).label("evaluations"),
+                   func.count(E.id).filter(E.status == CORRECT).label("correct"),
+                   func.max(case((and_(E.status == CORRECT, P.operator == "seed"), E.speedup))).label("seed_speedup"))
+            .select_from(EVALUATIONS.join(PROGRAMS, P.id == E.program_id)).group_by(P.task))
+        out = {r["task"]: dict(programs=r["programs"], evaluations=0, correct=0, seed_speedup=None) for r in programs}
+        for r in evals:
+            out[r["task"]].update({k: r[k] for k in ("evaluations", "correct", "seed_speedup")})
+        return out
+
+    def cell_fitness(self, task: str) -> dict[str, float]:
+        """Best fitness per MAP-Elites cell key over all islands."""
+        rows = self._rows(select(CELLS.c.key, func.max(CELLS.c.fitness).label("f"))
+                          .where(CELLS.c.task == task).group_by(CELLS.c.key))
+        return {r["key"]: r["f"] for r in rows}
+
+    def stats_history(self, task: str, island: int = -1) -> list[dict]:
+        return self._rows(select(STATS).where(STATS.c.task == task, STATS.c.island == island).order_by(STATS.c.id))
+
+    def correct_timeline(self, task: str) -> list[dict]:
+        """(created_at, speedup) of every correct evaluation of the task, oldest first."""
+        return self._rows(select(E.created_at, E.speedup).select_from(EVALUATIONS.join(PROGRAMS, P.id == E.program_id))
+                          .where(P.task == task, E.status == CORRECT, E.speedup.is_not(None)).order_by(E.id))
+
+    def child_evaluation_count(self) -> int:
+        return self._one(select(func.count(E.id).label("n")).select_from(EVALUATIONS.join(PROGRAMS, P.id == E.program_id))
+                         .where(P.operator != "seed"))["n"]
+
+    def started_at(self) -> float | None:
+        return self._one(select(func.min(P.created_at).label("t")))["t"]
+
+    # -- kernels and lineage -------------------------------------------------------
+    def best_kernels(self, task: str, k: int = 1, min_speedup: float | None = None) -> list[dict]:
+        """The ``k`` fastest correct programs of a task (by their latest evaluation), fastest first."""
+        where = [P.task == task, E.status == CORRECT, E.speedup.is_not(None)]
+        if min_speedup is not None:
+            where.append(E.speedup >= min_speedup)
+        present = self._evaluation_columns()
+        newer = [E[name] if name in present else null().label(name) for name in NEWER_FIELDS]
+        return self._rows(select(*KERNEL_FIELDS, *newer).select_from(EVALUATED).where(*where)
+                          .order_by(E.speedup.desc(), P.id).limit(k))
+
+    def _evaluation_columns(self) -> set[str]:
+        try:
+            return {c["name"] for c in inspect(self.engine).get_columns("evaluations")}
+        except (DatabaseError, OperationalError) as exc:
+            raise ArchiveError(f"cannot read archive {self.where}: {exc.orig}") from None
+
+    def programs(self, ids) -> dict[int, dict]:
+        """Programs by id with their latest evaluation's status and speedup (None if not evaluated)."""
+        ids = list(ids)
+        latest = select(func.max(E.id)).where(E.program_id == P.id).correlate(PROGRAMS).scalar_subquery()
+        rows = self._rows(select(P.id, P.operator, P.source, P.generation, P.island, E.status, E.speedup)
+                          .select_from(PROGRAMS.outerjoin(EVALUATIONS, E.id == latest)).where(P.id.in_(ids)))
+        return {r["id"]: r for r in rows}
+
+    def lineage(self, program_id: int, limit: int = 200) -> list[int]:
+        """Ids from the oldest ancestor (a seed) to ``program_id``, following each child's first parent."""
+        chain, seen = [program_id], {program_id}
+        while len(chain) < limit:
+            parents = self._rows(select(LINEAGE.c.parent_id).where(LINEAGE.c.child_id == chain[-1],
+                                                                   LINEAGE.c.role == "parent")
+                                 .order_by(LINEAGE.c.parent_id).limit(1))
+            if not parents or parents[0]["parent_id"] in seen:
+                break
+            chain.append(parents[0]["parent_id"])
+            seen.add(chain[-1])
+        return chain[::-1]
+
+    # -- operators and LLM ---------------------------------------------------------
+    def operator_rates(self) -> list[dict]:
+        """Per operator: programs made, evaluated, correct (latest evaluations) and the success rate."""
+        made = {r["operator"]: r["n"] for r in self._rows(select(P.operator, func.count().label("n"))
+                                                          .group_by(P.operator))}
+        rows = self._rows(select(P.operator, func.count(E.id).label("evaluated"),
+                                 func.count(E.id).filter(E.status == CORRECT).label("correct"))
+                          .select_from(EVALUATED).group_by(P.operator))
+        by_op = {r["operator"]: r for r in rows}
+        return [dict(operator=op, programs=n, evaluated=by_op.get(op, {}).get("evaluated", 0),
+                     correct=by_op.get(op, {}).get("correct", 0),
+                     rate=_rate(by_op.get(op, {}).get("correct", 0), by_op.get(op, {}).get("evaluated", 0)))
+                for op, n in sorted(made.items())]
+
+    def model_rates(self) -> list[dict]:
+        """Per LLM model: calls, failed calls, calls whose program was correct, cost."""
+        correct = select(E.program_id).where(E.status == CORRECT)
+        rows = self._rows(select(L.model, func.count(L.id).label("calls"),
+                                 func.count(L.id).filter(L.error != "").label("errors"),
+                                 func.count(L.id).filter(L.program_id.in_(correct)).label("correct"),
+                                 func.coalesce(func.sum(L.cost_usd), 0.0).label("cost_usd"))
+                          .group_by(L.model).order_by(L.model))
+        return [dict(r, rate=_rate(r["correct"], r["calls"])) for r in rows]
+
+    def llm_spend(self) -> dict:
+        return self._one(select(func.count(L.id).label("calls"), func.coalesce(func.sum(L.cost_usd), 0.0).label("cost_usd"),
+                                func.count(L.id).filter(L.error != "").label("errors")))
+
+    def cost_timeline(self) -> list[dict]:
+        return self._rows(select(L.created_at, L.cost_usd).order_by(L.id))
+
+
+def _rate(part: int, whole: int) -> float | None:
+    return part / whole if whole else None

@@ -1,0 +1,151 @@
+"""Re-check every kernel of this library against its reference on this machine: ``python -m PACKAGE.selftest``.
+
+For each task and kernel: the reference ``Model`` and the kernel's ``ModelNew``
+are built alike (seed 0, ``get_init_inputs()``), fed the same inputs from
+``get_inputs`` (seeded) on every shape set of the task, compared with the
+task's tolerances, then timed side by side (median of several calls, with
+``torch.cuda.synchronize``).  Prints a table; exits 1 on any mismatch or
+error, 2 when it cannot run here.  Without a GPU it runs only with
+``TRITON_INTERPRET=1`` (Triton's interpreter, small shapes, timings not
+representative).  Copied unchanged into every exported package.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+from . import _runtime
+
+# Used when a task sets no ATOL/RTOL (the engine's defaults).
+TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float64: 1e-6}
+CPU_MAX_NUMEL = 1 << 16  # under the interpreter, larger shape sets are skipped
+
+
+def _flatten(value) -> list:
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _flatten(v)]
+    return [value]
+
+
+def mismatch(expected, actual, atol, rtol) -> str | None:
+    exp, act = _flatten(expected), _flatten(actual)
+    if len(exp) != len(act):
+        return f"{len(act)} outputs, the reference returns {len(exp)}"
+    for e, a in zip(exp, act):
+        if not isinstance(e, torch.Tensor):
+            if e != a:
+                return f"returned {a!r}, the reference returns {e!r}"
+            continue
+        if not isinstance(a, torch.Tensor) or a.shape != e.shape or a.dtype != e.dtype:
+            return f"returned {getattr(a, 'dtype', type(a))} {tuple(getattr(a, 'shape', ()))}, " \
+                   f"expected {e.dtype} {tuple(e.shape)}"
+        tol = TOLERANCE.get(e.dtype, 1e-4)
+        a_tol, r_tol = tol if atol is None else atol, tol if rtol is None else rtol
+        if not torch.allclose(a.double(), e.double(), atol=a_tol, rtol=r_tol, equal_nan=True):
+            err = (a.double() - e.double()).abs().nan_to_num(nan=float("inf")).max()
+            return f"values beyond atol={a_tol:g}, rtol={r_tol:g} (max abs error {float(err):.3g})"
+    return None
+
+
+def _inputs(problem, shape: dict, seed: int, device: str) -> list:
+    torch.manual_seed(seed)
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in problem.get_inputs(**shape)]
+
+
+def _shapes(problem, device: str) -> list[dict]:
+    shapes = [dict(s) for s in getattr(problem, "SHAPES", None) or [{}]]
+    if device == "cuda":
+        return shapes
+    with torch.device("meta"):
+        sizes = [_runtime._numel(problem.get_inputs(**s)) for s in shapes]
+    return [s for s, n in zip(shapes, sizes) if n <= CPU_MAX_NUMEL] or [shapes[sizes.index(min(sizes))]]
+
+
+def _median_ms(fn, device: str, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def check_kernel(task: str, kernel: str, device: str, seeds=(0, 1), reps: int = 20) -> dict:
+    problem = _runtime.reference(task)
+    atol, rtol = getattr(problem, "ATOL", None), getattr(problem, "RTOL", None)
+    torch.manual_seed(0)
+    ref = problem.Model(*problem.get_init_inputs()).to(device).eval()
+    torch.manual_seed(0)
+    new = importlib.import_module(f"{__package__}.kernels.{kernel}").ModelNew(*problem.get_init_inputs())
+    new = new.to(device).eval()
+    shapes = _shapes(problem, device)
+    with torch.no_grad():
+        for shape in shapes:
+            for seed in seeds:
+                inputs = _inputs(problem, shape, seed, device)
+                problem_text = mismatch(ref(*inputs), new(*inputs), atol, rtol)
+                if problem_text:
+                    return dict(ok=False, detail=f"shape {shape or 'default'}, seed {seed}: {problem_text}")
+        inputs = _inputs(problem, shapes[-1], seeds[0], device)
+        for _ in range(3):  # warm-up: compilation, caches
+            new(*inputs), ref(*inputs)
+        new_ms = _median_ms(lambda: new(*inputs), device, reps)
+        ref_ms = _median_ms(lambda: ref(*inputs), device, reps)
+    return dict(ok=True, detail=f"{len(shapes)} shapes x {len(seeds)} seeds", ms=new_ms, ref_ms=ref_ms,
+                speedup=ref_ms / new_ms if new_ms > 0 else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}.selftest", description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", nargs="*", help="only these tasks")
+    parser.add_argument("--reps", type=int, default=None, help="timed calls per kernel (default 20, 3 on the CPU)")
+    args = parser.parse_args(argv)
+    if torch.cuda.is_available():
+        device = "cuda"
+        print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}")
+    elif os.environ.get("TRITON_INTERPRET") == "1":
+        device = "cpu"
+        print(f"no GPU: the kernels run under Triton's interpreter on the CPU (small shapes only); "
+              f"timings are not representative; torch {torch.__version__}")
+    else:
+        print("the selftest needs a CUDA GPU; without one set TRITON_INTERPRET=1 to run the kernels under "
+              "Triton's interpreter on the CPU", file=sys.stderr)
+        return 2
+    reps = args.reps or (20 if device == "cuda" else 3)
+    tasks = _runtime.manifest()["tasks"]
+    unknown = sorted(set(args.tasks or ()) - set(tasks))
+    if unknown:
+        print(f"no task {', '.join(unknown)} in this library; it has {', '.join(tasks)}", file=sys.stderr)
+        return 2
+    print(f"{'task':<20} {'kernel':<32} {'result':<8} {'speedup':>8} {'recorded':>9}  detail")
+    failed = 0
+    for task, entry in tasks.items():
+        if args.tasks and task not in args.tasks:
+            continue
+        for k in entry["kernels"]:
+            try:
+                r = check_kernel(task, k["module"], device, reps=reps)
+            except Exception as exc:  # a kernel that raises is a failure to report, not a crash
+                r = dict(ok=False, detail=f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+                traceback.print_exc(file=sys.stderr)
+            failed += not r["ok"]
+            speedup = f"{r['speedup']:.3f}x" if r.get("speedup") else "-"
+            print(f"{task:<20} {k['module']:<32} {'ok' if r['ok'] else 'FAILED':<8} {speedup:>8} "
+                  f"{k['speedup']:>8.3f}x  {k['device_class']}: {r['detail']}")
+    print(f"{failed} failed" if failed else "all kernels match their references")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""`evo status` reads a running or finished run read-only: no lock taken, nothing written."""
+import fcntl
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from archive import Archive
+from evo.cli import main
+from tests.test_cli import evo
+
+
+def _snapshot(run_dir):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run_dir.iterdir())}
+
+
+def test_status_of_a_finished_run_writes_nothing(small_run, capsys):
+    before = _snapshot(small_run)
+    assert main(["status", f"run.dir={small_run}"]) == 0
+    out = capsys.readouterr().out
+    assert _snapshot(small_run) == before  # not even -wal or -shm files
+    for column in ("programs", "evals", "correct", "best", "coverage", "QD-score", "operator", "success"):
+        assert column in out
+    assert "gelu" in out and "row_sum" in out and "constants" in out and "seed" in out
+    assert "children evaluated: 4; resumes: 0; LLM calls: 0, 0 failed ($0.0000)" in out
+
+
+def test_status_of_a_running_run_sees_its_last_commit_without_the_lock(small_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(small_run, run_dir)
+    with open(run_dir / ".lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as the running engine holds it
+        archive = Archive(f"sqlite:///{run_dir / 'archive.db'}")  # the run's open connection, in WAL mode
+        archive.add_program(task="gelu", island=0, generation=9, operator="constants", source="# new child\n")
+        assert (run_dir / "archive.db-wal").stat().st_size > 0  # the new program sits in the WAL
+        db, wal = (run_dir / "archive.db").read_bytes(), (run_dir / "archive.db-wal").read_bytes()
+        out = evo("status", f"run.dir={run_dir}", timeout=120)
+        assert out.returncode == 0, out.stderr
+        gelu = next(line for line in out.stdout.splitlines() if "gelu" in line)
+        assert gelu.split("│")[2].strip() == "6"  # 5 programs when the run stopped, and the new one
+        assert (run_dir / "archive.db").read_bytes() == db and (run_dir / "archive.db-wal").read_bytes() == wal
+        archive.close()
+
+
+@pytest.mark.parametrize("case", ["missing", "no_run", "no_archive", "extra_argument"])
+def test_status_errors(tmp_path, small_run, capsys, case):
+    run_dir = tmp_path / "run"
+    if case == "no_run":
+        run_dir.mkdir()
+    if case == "no_archive":
+        run_dir.mkdir()
+        for name in ("run.json", "config.yaml"):
+            shutil.copyfile(small_run / name, run_dir / name)
+    args = [f"run.dir={run_dir}"] + (["out=x"] if case == "extra_argument" else [])
+    assert main(["status", *args]) == 2
+    err = capsys.readouterr().err
+    expected = {"missing": "does not exist", "no_run": "holds no evo run", "no_archive": "has no archive",
+                "extra_argument": "usage: evo status"}[case]
+    assert expected in err
+    if case == "no_archive":
+        assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "run.json"]
+    assert json.loads((small_run / "run.json").read_text())["tasks"] == ["gelu", "row_sum"]
