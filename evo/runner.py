@@ -119,6 +119,12 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
         console.print(f"checking LLM endpoint {c.llm.model} ...")
         c.llm.check()
     device, gpus = resolve_device(c.evaluator.device)
+    if c.backend == "ray" and c.ray.address and c.evaluator.device != "cpu":
+        from islands.ray_backend import cluster_gpus
+
+        cluster = cluster_gpus(c.ray)  # evaluators go to every GPU of the cluster, not just this node's
+        if cluster:
+            device, gpus = "cuda", cluster
     previous = json.loads((run_dir / RUN_FILE).read_text()) if resuming else {}
     resume_count = int(previous.get("resumes", -1)) + 1
     console.print(f"{'resuming' if resuming else 'starting'} run in {run_dir}: {len(names)} tasks, "
@@ -149,6 +155,11 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
             archive.set_meta("config", config_yaml)
         archive.set_meta(f"code_version.{resume_count}", code_version())
         events = RunEvents(run_dir, c.run.budget_evaluations, show=c.progress)
+        if hasattr(backend, "placement"):
+            placement = backend.placement()
+            events("placement", **placement)
+            console.print(f"Ray: {placement['nodes']} nodes; islands on {len(set(placement['islands']))}, "
+                          f"evaluators on {len(set(placement['evaluators']))}")
         try:
             Controller(settings=c.run, tasks=c.tasks, archive=archive, backend=backend, migration=c.migration,
                        events=events, resume_count=resume_count, selection=c.selection).run()
