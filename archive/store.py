@@ -12,11 +12,11 @@ import time
 from collections import OrderedDict
 
 import numpy as np
-from sqlalchemy import create_engine, event, func, insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive import statements as sql
-from archive.models import SCHEMA_VERSION, Base
+from archive.schema import SchemaError, make_engine, upgrade
 from evaluator.result import EvalResult, Status
 from evo.descriptors import DEFAULT_DESCRIPTORS, cell_key, describe, grid_size, parse_cell_key
 from evo.errors import EvoError
@@ -48,12 +48,8 @@ class Archive:
     def __init__(self, url: str, *, descriptors=DEFAULT_DESCRIPTORS, busy_timeout_s: float = 10.0):
         self.url = url
         self.descriptors = tuple(descriptors)
-        sqlite = url.startswith("sqlite")
         # One owner, one connection: no pool checkout and reset around every short transaction.
-        connect_args = {"check_same_thread": False, "timeout": busy_timeout_s} if sqlite else {}
-        self.engine = create_engine(url, connect_args=connect_args)
-        if sqlite:
-            event.listen(self.engine, "connect", sql.sqlite_pragmas)
+        self.engine = make_engine(url, busy_timeout_s=busy_timeout_s)
         self._conn = None
         # Write-through caches, coherent because this object is the database's only writer:
         # the cells of each task, and evaluated programs (immutable once evaluated).
@@ -61,17 +57,12 @@ class Archive:
         self._staged: list[tuple[str, int, str, int, float]] = []
         self._evaluated: OrderedDict[int, Program] = OrderedDict()
         try:
-            Base.metadata.create_all(self.engine)
-            version = self.get_meta("schema_version")
-            if version is None:
-                self.set_meta("schema_version", str(SCHEMA_VERSION))
-            elif int(version) > SCHEMA_VERSION:
-                raise ArchiveError(
-                    f"archive {url} has schema version {version}, newer than this engine's "
-                    f"{SCHEMA_VERSION}: upgrade the engine to open it"
-                )
+            upgrade(url, busy_timeout_s=busy_timeout_s)
+        except SchemaError as exc:
+            raise ArchiveError(f"archive {url} has {exc}: upgrade the engine to open it; "
+                               "the database was left as it was") from None
         except (DatabaseError, OperationalError) as exc:
-            raise ArchiveError(f"cannot open archive {url}: {exc.orig}") from exc
+            raise ArchiveError(f"cannot open archive {url}: {exc.orig}; the database was left as it was") from exc
 
     @contextlib.contextmanager
     def _tx(self):
@@ -103,11 +94,7 @@ class Archive:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-        # Write-through caches, coherent because this object is the database's only writer:
-        # the cells of each task, and evaluated programs (immutable once evaluated).
-        self._cells: dict[str, dict[tuple[int, str], tuple[int, float]]] = {}
-        self._staged: list[tuple[str, int, str, int, float]] = []
-        self._evaluated: OrderedDict[int, Program] = OrderedDict()
+        self._cells, self._evaluated = {}, OrderedDict()
         self.engine.dispose()
 
     # -- run metadata -------------------------------------------------------
