@@ -19,8 +19,9 @@ def ok(speedup):
 
 
 @pytest.fixture
-def archive(tmp_path):
-    a = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
+def archive(db_url):
+    """The contract tests run on SQLite and, where a server can be started, PostgreSQL."""
+    a = Archive(db_url)
     yield a
     a.close()
 
@@ -106,8 +107,8 @@ def test_llm_calls_are_recorded(archive):
     assert archive.llm_spend() == {"calls": 2, "cost_usd": 0.5, "errors": 1}
 
 
-def test_reopening_keeps_everything(tmp_path):
-    url = f"sqlite:///{tmp_path / 'a.db'}"
+def test_reopening_keeps_everything(db_url):
+    url = db_url
     first = Archive(url)
     p = add(first, src())
     first.record_evaluation(p, ok(1.25))
