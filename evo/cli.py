@@ -119,8 +119,9 @@ def status_command(args: list[str]) -> int:
         return _fail(f"{run_dir} holds no evo run (no {RUN_FILE})")
     try:
         info = json.loads(marker.read_text())
-        descriptors = by_names(OmegaConf.load(run_dir / "config.yaml").archive.descriptors)
-        archive = Archive(f"sqlite:///{run_dir / 'archive.db'}", descriptors=descriptors)
+        settings = OmegaConf.load(run_dir / "config.yaml").archive
+        archive = Archive(settings.url or f"sqlite:///{run_dir / 'archive.db'}",
+                          descriptors=by_names(settings.descriptors))
         rows = summary_rows(archive, info["tasks"])
         spend = archive.llm_spend()
     except (EvoError, ValueError, KeyError, OSError) as exc:
