@@ -18,7 +18,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 from archive import statements as sql
 from archive.schema import SchemaError, make_engine, upgrade
 from evaluator.result import EvalResult, Status
-from evo.descriptors import DEFAULT_DESCRIPTORS, cell_key, describe, grid_size, parse_cell_key
+from evo.descriptors import DEFAULT_DESCRIPTORS, cell_key, complete, describe, grid_size, parse_cell_key
 from evo.errors import EvoError
 from evo.kernel_source import normalized_hash
 from evo.program import Program
@@ -48,6 +48,7 @@ class Archive:
     def __init__(self, url: str, *, descriptors=DEFAULT_DESCRIPTORS, busy_timeout_s: float = 10.0):
         self.url = url
         self.descriptors = tuple(descriptors)
+        self._measured = any(d.measured for d in self.descriptors)  # cells complete on evaluation
         # One owner, one connection: no pool checkout and reset around every short transaction.
         self.engine = make_engine(url, busy_timeout_s=busy_timeout_s)
         self._conn = None
@@ -134,25 +135,37 @@ class Archive:
             return c.scalar(sql.FIND_HASH, dict(t=task, h=source_hash or normalized_hash(source)))
 
     def record_evaluation(self, program: Program, result: EvalResult) -> Insert:
-        """Store the result and, if correct and best in its cell, make it the elite."""
+        """Store the result and, if correct and best in its cell beyond the noise, make it the elite.
+
+        The program's cell is completed with the measured descriptors (if any)
+        and stored with it.  An occupied cell changes hands only when the
+        challenger is faster than its elite by more than the challenger's
+        relative measurement noise (``speedup > elite * (1 + speedup_noise)``;
+        no noise figure: any gain), so noise alone does not churn the archive.
+        """
         program.result = result
-        program.descriptors = program.descriptors or describe(program.source, self.descriptors)
-        key = cell_key(program.descriptors)  # normally stored with the program when it was added
+        program.descriptors = complete(program.descriptors or describe(program.source, self.descriptors), result,
+                                       self.descriptors)
+        key = cell_key(program.descriptors)
         fields = result.to_dict()
         fields.pop("extra", None)
         with self._write() as c:
             c.execute(sql.INSERT_EVALUATION, dict(fields, program_id=program.id, created_at=time.time()))
+            if self._measured:
+                c.execute(sql.SET_CELL_KEY, dict(pid=program.id, k=key))
             if not result.correct or result.speedup is None:
                 return Insert.NOT_ADDED
-            return self._place(c, program.task, program.island, program.id, key, result.speedup)
+            return self._place(c, program.task, program.island, program.id, key, result.speedup,
+                               noise=result.speedup_noise or 0.0)
 
-    def _place(self, c, task: str, island: int, program_id: int, key: str, fitness: float) -> Insert:
+    def _place(self, c, task: str, island: int, program_id: int, key: str, fitness: float,
+               noise: float = 0.0) -> Insert:
         current = self._task_cells(c, task).get((island, key))
         if current is None:
             c.execute(sql.INSERT_CELL, dict(task=task, island=island, key=key, program_id=program_id,
                                          fitness=fitness, updated_at=time.time()))
             outcome = Insert.NEW_CELL
-        elif fitness > current[1]:
+        elif fitness > current[1] * (1.0 + max(noise, 0.0)):
             c.execute(sql.UPDATE_CELL, dict(t=task, i=island, k=key, pid=program_id, f=fitness, now=time.time()))
             outcome = Insert.IMPROVED
         else:

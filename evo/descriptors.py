@@ -13,12 +13,21 @@ of a fixed set of bins.  Two families:
 Runs choose theirs with ``archive.descriptors``.  They are pure functions of
 the source, computed once per child by the island that proposed it, off the
 archive's single-writer path.
+
+A third family is *measured* (:class:`Measured`): ``registers`` (per thread,
+from the compiled kernel) and ``roofline`` (the fraction of the device's peak
+reached, in percent buckets), read from the :class:`EvalResult`.  They are
+known only after evaluation, so :func:`describe` leaves them out and the
+archive completes a program's cell (:func:`complete`) when it records the
+evaluation; without the fact (a failed candidate, the CPU interpreter) they
+are ``none``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
+from evaluator.result import EvalResult
 from evo.errors import ConfigError
 from evo.kernel_facts import KernelFacts, kernel_facts
 
@@ -30,9 +39,24 @@ class Descriptor:
     name: str
     bins: tuple[str, ...]
     classify: Callable[[KernelFacts], str]
+    measured: ClassVar[bool] = False
 
     def __call__(self, facts: KernelFacts) -> str:
         label = self.classify(facts) if facts.parses else NONE
+        return label if label in self.bins else NONE
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A descriptor read from an evaluation's result, known only once the program is evaluated."""
+
+    name: str
+    bins: tuple[str, ...]
+    classify: Callable[[EvalResult], str]
+    measured: ClassVar[bool] = True
+
+    def __call__(self, result: EvalResult | None) -> str:
+        label = self.classify(result) if result is not None else NONE
         return label if label in self.bins else NONE
 
 
@@ -80,6 +104,26 @@ def _parallel(f: KernelFacts) -> str:
     return "grid_2d" if f.program_axes >= 2 else "grid_1d"
 
 
+def _at_most(field: str, scale: float, edges: tuple[int, ...]) -> Callable[[EvalResult], str]:
+    """The first edge at or above the result's ``field`` (times ``scale``)."""
+    def classify(result: EvalResult) -> str:
+        value = getattr(result, field)
+        if value is None:
+            return NONE
+        return next((str(e) for e in edges if value * scale <= e), str(edges[-1]))
+    return classify
+
+
+def _at_least(field: str, scale: float, edges: tuple[int, ...]) -> Callable[[EvalResult], str]:
+    """The last edge at or below the result's ``field`` (times ``scale``)."""
+    def classify(result: EvalResult) -> str:
+        value = getattr(result, field)
+        if value is None:
+            return NONE
+        return str(max((e for e in edges if value * scale >= e), default=edges[0]))
+    return classify
+
+
 BLOCK_SIZE = Descriptor("block_size", _powers(16, 8192), _bucket("block", 16, 8192))
 NUM_WARPS = Descriptor("num_warps", _powers(1, 32), _bucket("warps", 1, 32))
 NUM_STAGES = Descriptor("num_stages", ("1", "2", "4", NONE), _bucket("stages", 1, 4))
@@ -87,7 +131,14 @@ MEMORY = Descriptor("memory", ("plain", "vectorized", "tiled", "pipelined", NONE
 COMPUTE = Descriptor("compute", ("single_pass", "multi_pass", "split", "tensor_core", NONE), _compute)
 PARALLEL = Descriptor("parallel", ("grid_1d", "grid_2d", "persistent", "split_k", NONE), _parallel)
 
-DESCRIPTORS = {d.name: d for d in (BLOCK_SIZE, NUM_WARPS, NUM_STAGES, MEMORY, COMPUTE, PARALLEL)}
+_REGISTER_EDGES = (32, 64, 128, 255)
+REGISTERS = Measured("registers", tuple(map(str, _REGISTER_EDGES)) + (NONE,),
+                     _at_most("registers", 1, _REGISTER_EDGES))
+_ROOFLINE_EDGES = (0, 10, 25, 50, 75)  # percent of the device's peak, lower edges
+ROOFLINE = Measured("roofline", tuple(map(str, _ROOFLINE_EDGES)) + (NONE,),
+                    _at_least("roofline_fraction", 100, _ROOFLINE_EDGES))
+
+DESCRIPTORS = {d.name: d for d in (BLOCK_SIZE, NUM_WARPS, NUM_STAGES, MEMORY, COMPUTE, PARALLEL, REGISTERS, ROOFLINE)}
 DEFAULT_DESCRIPTORS = (BLOCK_SIZE, NUM_WARPS)
 
 
@@ -102,8 +153,14 @@ def by_names(names) -> tuple[Descriptor, ...]:
 
 
 def describe(source: str, descriptors=DEFAULT_DESCRIPTORS) -> dict[str, str]:
+    """The source descriptors' values (measured ones are left to :func:`complete`)."""
     facts = kernel_facts(source)  # parsed once for all descriptors
-    return {d.name: d(facts) for d in descriptors}
+    return {d.name: d(facts) for d in descriptors if not d.measured}
+
+
+def complete(values: dict[str, str], result: EvalResult, descriptors=DEFAULT_DESCRIPTORS) -> dict[str, str]:
+    """All descriptors' values, in order: ``values`` for the source ones, ``result`` for measured ones."""
+    return {d.name: d(result) if d.measured else values.get(d.name, NONE) for d in descriptors}
 
 
 def cell_key(values: dict[str, str]) -> str:
