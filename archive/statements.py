@@ -8,12 +8,12 @@ from __future__ import annotations
 from sqlalchemy import bindparam, func, insert, select, update
 
 from archive.models import (
-    CellRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow, StatsRow,
+    CellRow, CentroidRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow, StatsRow,
 )
 
-META, PROGRAMS, LINEAGE, EVALUATIONS, CELLS, MIGRATIONS, LLM_CALLS, STATS = (
+META, PROGRAMS, LINEAGE, EVALUATIONS, CELLS, MIGRATIONS, LLM_CALLS, STATS, CENTROIDS = (
     t.__table__ for t in (MetaRow, ProgramRow, LineageRow, EvaluationRow, CellRow, MigrationRow, LLMCallRow,
-                          StatsRow))
+                          StatsRow, CentroidRow))
 
 INSERT_PROGRAM = insert(PROGRAMS)
 INSERT_LINEAGE = insert(LINEAGE)

@@ -16,15 +16,19 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive import statements as sql
+from archive.centroids import load_or_draw_centroids
 from archive.schema import SchemaError, make_engine, upgrade
 from evaluator.result import EvalResult, Status
-from evo.descriptors import DEFAULT_DESCRIPTORS, cell_key, complete, describe, grid_size, parse_cell_key
+from evo.descriptors import DEFAULT_DESCRIPTORS, cell_key, complete, describe, parse_cell_key
+from evo.inspiration import BestThenRandom, Inspiration
+from evo.layouts import Grid, Layout
 from evo.errors import EvoError
 from evo.kernel_source import normalized_hash
 from evo.program import Program
 from evo.selection import EliteCell, Selection, Uniform
 
 UNIFORM = Uniform()
+BEST_THEN_RANDOM = BestThenRandom()
 _PROGRAM_CACHE_SIZE = 4096
 
 
@@ -45,10 +49,13 @@ class Archive:
     short transaction each, no ORM unit of work.
     """
 
-    def __init__(self, url: str, *, descriptors=DEFAULT_DESCRIPTORS, busy_timeout_s: float = 10.0):
+    def __init__(self, url: str, *, descriptors=DEFAULT_DESCRIPTORS, cvt_cells: int = 0, seed: int = 0,
+                 busy_timeout_s: float = 10.0):
+        """``cvt_cells`` > 0: a CVT archive of that many cells over continuous ``descriptors``,
+        its centroids drawn from ``seed`` when the database has none yet; 0: a grid of their bins."""
         self.url = url
         self.descriptors = tuple(descriptors)
-        self._measured = any(d.measured for d in self.descriptors)  # cells complete on evaluation
+        self.layout: Layout = Grid(self.descriptors)
         # One owner, one connection: no pool checkout and reset around every short transaction.
         self.engine = make_engine(url, busy_timeout_s=busy_timeout_s)
         self._conn = None
@@ -64,6 +71,11 @@ class Archive:
                                "the database was left as it was") from None
         except (DatabaseError, OperationalError) as exc:
             raise ArchiveError(f"cannot open archive {url}: {exc.orig}; the database was left as it was") from exc
+        try:
+            with self._tx() as c:
+                self.layout = load_or_draw_centroids(c, self.descriptors, cvt_cells, seed) or self.layout
+        except ValueError as exc:
+            raise ArchiveError(f"archive {url}: {exc}") from None
 
     @contextlib.contextmanager
     def _tx(self):
@@ -144,14 +156,14 @@ class Archive:
         no noise figure: any gain), so noise alone does not churn the archive.
         """
         program.result = result
-        program.descriptors = complete(program.descriptors or describe(program.source, self.descriptors), result,
-                                       self.descriptors)
-        key = cell_key(program.descriptors)
+        known = program.descriptors or describe(program.source, self.descriptors)
+        key = self.layout.key(complete(known, result, self.descriptors))
+        program.descriptors = parse_cell_key(key)
         fields = result.to_dict()
         fields.pop("extra", None)
         with self._write() as c:
             c.execute(sql.INSERT_EVALUATION, dict(fields, program_id=program.id, created_at=time.time()))
-            if self._measured:
+            if key != cell_key(known):  # completed by measured descriptors, or placed in a CVT cell
                 c.execute(sql.SET_CELL_KEY, dict(pid=program.id, k=key))
             if not result.correct or result.speedup is None:
                 return Insert.NOT_ADDED
@@ -267,19 +279,18 @@ class Archive:
             if selection.needs_children:
                 children = dict(c.execute(sql.CHILD_COUNTS, dict(ids=[pid for _, pid, _ in cells])).all())
             elites = [EliteCell(key, pid, fitness, children.get(pid, 0)) for key, pid, fitness in cells]
-            pick = selection.pick(elites, rng, self.descriptors, {key for key, _, _ in cells})
+            pick = selection.pick(elites, rng, self.layout, {key for key, _, _ in cells})
             return self._programs(c, [pick.program_id])[0]
 
-    def inspirations(self, task: str, exclude: int, k: int, rng: np.random.Generator) -> list[Program]:
-        """Up to ``k`` other elites of the task: the best first, then random ones."""
+    def inspirations(self, task: str, exclude: int, k: int, rng: np.random.Generator,
+                     strategy: Inspiration = BEST_THEN_RANDOM) -> list[Program]:
+        """Up to ``k`` elites of the task other than ``exclude`` (the parent), chosen by ``strategy``."""
         with self._tx() as c:
-            cells = sorted((cell for cell in self._elite_cells(c, task) if cell[1] != exclude),
-                           key=lambda cell: cell[2], reverse=True)
-            if len(cells) > k:
-                rest = cells[1:]
-                picks = rng.choice(len(rest), size=k - 1, replace=False) if k > 1 else []
-                cells = [cells[0], *(rest[int(i)] for i in picks)]
-            return self._programs(c, [pid for _, pid, _ in cells])
+            cells = self._elite_cells(c, task)
+            parent = next((key for (_, key), (pid, _) in self._task_cells(c, task).items() if pid == exclude), None)
+            elites = [EliteCell(key, pid, fitness) for key, pid, fitness in cells if pid != exclude]
+            picks = strategy.pick(elites, parent, k, rng, self.layout)
+            return self._programs(c, [e.program_id for e in picks])
 
     def migrate(self, task: str, src_island: int, dst_island: int, count: int) -> int:
         """Copy the ``count`` best elites of one island into another's cells; returns how many moved in."""
@@ -318,7 +329,7 @@ class Archive:
         """Cells, coverage, QD-score (sum of elite speedups) and best, of one island or all."""
         with self._tx() as c:
             fitness = [f for _, _, f in self._elite_cells(c, task, island)]
-        return {"cells": len(fitness), "coverage": len(fitness) / grid_size(self.descriptors),
+        return {"cells": len(fitness), "coverage": len(fitness) / self.layout.size,
                 "qd_score": float(sum(fitness)), "best_speedup": max(fitness) if fitness else None}
 
     def record_stats(self, task: str, islands: int, children_done: int) -> None:

@@ -21,9 +21,15 @@ known only after evaluation, so :func:`describe` leaves them out and the
 archive completes a program's cell (:func:`complete`) when it records the
 evaluation; without the fact (a failed candidate, the CPU interpreter) they
 are ``none``.
+
+A CVT archive (``archive.cvt_cells``, :mod:`evo.layouts`) needs continuous
+values: :func:`by_names` with ``continuous=True`` gives :class:`Continuous`
+variants of the numeric descriptors, whose labels are positions in [0, 1]
+(log2 of block size and warps; registers over 255; the roofline fraction).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
@@ -104,6 +110,33 @@ def _parallel(f: KernelFacts) -> str:
     return "grid_2d" if f.program_axes >= 2 else "grid_1d"
 
 
+@dataclass(frozen=True)
+class Continuous:
+    """A numeric descriptor as a position in [0, 1] (a label like ``0.4375``), for a CVT archive."""
+
+    name: str
+    low: float
+    high: float
+    value: Callable  # KernelFacts -> float | None, or EvalResult -> float | None when measured
+    measured: bool = False
+    bins: tuple[str, ...] = ()
+
+    def __call__(self, known) -> str:
+        if known is None or (not self.measured and not known.parses):
+            return NONE
+        value = self.value(known)
+        if value is None:
+            return NONE
+        return f"{min(max((value - self.low) / (self.high - self.low), 0.0), 1.0):.4f}"
+
+
+def _largest(kind: str) -> Callable[[KernelFacts], float | None]:
+    def value(facts: KernelFacts) -> float | None:
+        values = [t.value for t in facts.tunables if t.kind == kind and t.value > 0]
+        return math.log2(max(values)) if values else None
+    return value
+
+
 def _at_most(field: str, scale: float, edges: tuple[int, ...]) -> Callable[[EvalResult], str]:
     """The first edge at or above the result's ``field`` (times ``scale``)."""
     def classify(result: EvalResult) -> str:
@@ -141,15 +174,24 @@ ROOFLINE = Measured("roofline", tuple(map(str, _ROOFLINE_EDGES)) + (NONE,),
 DESCRIPTORS = {d.name: d for d in (BLOCK_SIZE, NUM_WARPS, NUM_STAGES, MEMORY, COMPUTE, PARALLEL, REGISTERS, ROOFLINE)}
 DEFAULT_DESCRIPTORS = (BLOCK_SIZE, NUM_WARPS)
 
+CONTINUOUS = {d.name: d for d in (
+    Continuous("block_size", 4, 13, _largest("block")),  # log2: 16 .. 8192
+    Continuous("num_warps", 0, 5, _largest("warps")),  # log2: 1 .. 32
+    Continuous("num_stages", 0, 3, _largest("stages")),  # log2: 1 .. 8
+    Continuous("registers", 0, 255, lambda r: r.registers, measured=True),
+    Continuous("roofline", 0, 1, lambda r: r.roofline_fraction, measured=True),
+)}
 
-def by_names(names) -> tuple[Descriptor, ...]:
-    """Descriptors named in config, in order."""
+
+def by_names(names, *, continuous: bool = False) -> tuple:
+    """Descriptors named in config, in order; ``continuous``: their variants for a CVT archive."""
     names = list(names)
-    unknown = [n for n in names if n not in DESCRIPTORS]
+    known = CONTINUOUS if continuous else DESCRIPTORS
+    unknown = [n for n in names if n not in known]
     if unknown or not names or len(set(names)) != len(names):
-        raise ConfigError(f"archive.descriptors must name distinct descriptors from {', '.join(DESCRIPTORS)}; "
-                          f"got {names}")
-    return tuple(DESCRIPTORS[n] for n in names)
+        kind = "continuous descriptors (a CVT archive)" if continuous else "descriptors"
+        raise ConfigError(f"archive.descriptors must name distinct {kind} from {', '.join(known)}; got {names}")
+    return tuple(known[n] for n in names)
 
 
 def describe(source: str, descriptors=DEFAULT_DESCRIPTORS) -> dict[str, str]:

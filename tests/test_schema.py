@@ -73,7 +73,8 @@ def test_a_schema_1_database_is_upgraded_keeping_its_rows(tmp_path):
 def test_a_schema_2_database_made_without_migrations_is_stamped(tmp_path):
     url = f"sqlite:///{tmp_path / 'archive.db'}"
     engine = create_engine(url)
-    Base.metadata.create_all(engine)  # what the engine of commit 187a846 did
+    schema_2 = [t for t in Base.metadata.sorted_tables if t.name != "cvt_centroids"]
+    Base.metadata.create_all(engine, tables=schema_2)  # what the engine of commit 187a846 did
     with engine.begin() as conn:
         conn.exec_driver_sql("INSERT INTO meta VALUES ('schema_version', '2')")
     engine.dispose()
