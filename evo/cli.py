@@ -120,8 +120,9 @@ def status_command(args: list[str]) -> int:
     try:
         info = json.loads(marker.read_text())
         settings = OmegaConf.load(run_dir / "config.yaml").archive
-        archive = Archive(settings.url or f"sqlite:///{run_dir / 'archive.db'}",
-                          descriptors=by_names(settings.descriptors))
+        cvt_cells = int(settings.get("cvt_cells", 0))
+        archive = Archive(settings.url or f"sqlite:///{run_dir / 'archive.db'}", cvt_cells=cvt_cells,
+                          descriptors=by_names(settings.descriptors, continuous=cvt_cells > 0))
         rows = summary_rows(archive, info["tasks"])
         spend = archive.llm_spend()
     except (EvoError, ValueError, KeyError, OSError) as exc:

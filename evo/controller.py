@@ -16,6 +16,7 @@ import numpy as np
 
 from archive import Archive, Insert
 from evaluator import EvalResult, Status
+from evo.inspiration import BestThenRandom, Inspiration
 from evo.kernel_source import normalized_hash
 from evo.program import Program
 from evo.selection import Selection, Uniform
@@ -52,13 +53,14 @@ class RunSettings:
 class Controller:
     def __init__(self, *, settings: RunSettings, tasks: list[Task], archive: Archive, backend,
                  migration: MigrationSettings, events: Events = _no_events, resume_count: int = 0,
-                 selection: Selection | None = None):
+                 selection: Selection | None = None, inspiration: Inspiration | None = None):
         self.settings = settings
         self.tasks = {t.name: t for t in tasks}
         self.archive = archive
         self.backend = backend
         self.migration = migration
         self.selection = selection or Uniform()
+        self.inspiration = inspiration or BestThenRandom()
         self.events = events
         self.rng = np.random.default_rng([settings.seed, 1_000_003, resume_count])
         self.hardware = ""
@@ -136,7 +138,8 @@ class Controller:
             island = next(self._island_cycle)
             task_name = next(t for t in self._task_cycle[island] if t in self._ready)
             parent = self.archive.sample_parent(task_name, island, self.rng, self.selection)
-            inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations, self.rng)
+            inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations, self.rng,
+                                                     self.inspiration)
             task = self.tasks[task_name]
             context = Context(task_name=task.name, task_source=task.source, parent=parent,
                               inspirations=inspirations, hardware=self.hardware)
