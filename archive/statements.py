@@ -25,6 +25,7 @@ UPDATE_CELL = update(CELLS).where(*CELL_WHERE).values(
 CHILD_COUNTS = (select(LINEAGE.c.parent_id, func.count()).where(
     LINEAGE.c.parent_id.in_(bindparam("ids", expanding=True)), LINEAGE.c.role == "parent")
     .group_by(LINEAGE.c.parent_id))
+UPDATE_META = update(META).where(META.c.key == bindparam("k")).values(value=bindparam("v"))
 SET_CELL_KEY = update(PROGRAMS).where(PROGRAMS.c.id == bindparam("pid")).values(cell_key=bindparam("k"))
 FIND_HASH = select(PROGRAMS.c.id).where(PROGRAMS.c.task == bindparam("t"),
                                         PROGRAMS.c.source_hash == bindparam("h")).limit(1)

@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 
 import numpy as np
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive import statements as sql
@@ -117,14 +117,22 @@ class Archive:
 
     def set_meta(self, key: str, value: str) -> None:
         with self._tx() as c:
-            if c.execute(update(sql.META).where(sql.META.c.key == key).values(value=value)).rowcount == 0:
+            self._set_meta(c, {key: value})
+
+    @staticmethod
+    def _set_meta(c, meta: dict[str, str]) -> None:
+        for key, value in meta.items():
+            if c.execute(sql.UPDATE_META, dict(k=key, v=value)).rowcount == 0:
                 c.execute(insert(sql.META).values(key=key, value=value))
 
     # -- programs -----------------------------------------------------------
     def add_program(self, *, task: str, island: int, generation: int, operator: str, source: str,
                     parent_ids=(), inspiration_ids=(), source_hash: str | None = None,
-                    descriptors: dict[str, str] | None = None) -> Program:
-        """Store a new program; ``source_hash`` and ``descriptors`` are computed here when not given."""
+                    descriptors: dict[str, str] | None = None, meta: dict[str, str] | None = None) -> Program:
+        """Store a new program; ``source_hash`` and ``descriptors`` are computed here when not given.
+
+        ``meta`` entries are written in the same transaction (the run loop's RNG state).
+        """
         source_hash = source_hash or normalized_hash(source)
         descriptors = descriptors or describe(source, self.descriptors)
         with self._tx() as c:
@@ -137,6 +145,7 @@ class Archive:
                      for p in dict.fromkeys(ids)]
             if links:
                 c.execute(sql.INSERT_LINEAGE, links)
+            self._set_meta(c, meta or {})
         return Program(id=pid, task=task, island=island, generation=generation, operator=operator,
                        source=source, parent_ids=tuple(parent_ids), inspiration_ids=tuple(inspiration_ids),
                        source_hash=source_hash, descriptors=descriptors)
@@ -146,7 +155,7 @@ class Archive:
         with self._tx() as c:
             return c.scalar(sql.FIND_HASH, dict(t=task, h=source_hash or normalized_hash(source)))
 
-    def record_evaluation(self, program: Program, result: EvalResult) -> Insert:
+    def record_evaluation(self, program: Program, result: EvalResult, meta: dict[str, str] | None = None) -> Insert:
         """Store the result and, if correct and best in its cell beyond the noise, make it the elite.
 
         The program's cell is completed with the measured descriptors (if any)
@@ -154,6 +163,7 @@ class Archive:
         challenger is faster than its elite by more than the challenger's
         relative measurement noise (``speedup > elite * (1 + speedup_noise)``;
         no noise figure: any gain), so noise alone does not churn the archive.
+        ``meta`` entries are written in the same transaction.
         """
         program.result = result
         known = program.descriptors or describe(program.source, self.descriptors)
@@ -163,6 +173,7 @@ class Archive:
         fields.pop("extra", None)
         with self._write() as c:
             c.execute(sql.INSERT_EVALUATION, dict(fields, program_id=program.id, created_at=time.time()))
+            self._set_meta(c, meta or {})
             if key != cell_key(known):  # completed by measured descriptors, or placed in a CVT cell
                 c.execute(sql.SET_CELL_KEY, dict(pid=program.id, k=key))
             if not result.correct or result.speedup is None:
