@@ -7,6 +7,7 @@ archive, so every state change is one transaction from one writer.
 from __future__ import annotations
 
 import itertools
+import json
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from islands.migration import MigrationSettings, ring
 from operators.base import Context, Proposal
 
 Events = Callable[..., None]
+RNG_META = "rng.controller"  # the run loop's RNG state, saved with every program and evaluation it led to
 
 
 def _no_events(kind: str, **fields) -> None:
@@ -85,7 +87,13 @@ class Controller:
         self._queue.append(program)
         self._in_flight_hashes.add((program.task, program.source_hash))
 
+    def _rng_meta(self) -> dict[str, str]:
+        return {RNG_META: json.dumps(self.rng.bit_generator.state)}
+
     def _start(self) -> None:
+        state = self.archive.get_meta(RNG_META)
+        if state is not None:  # continue the stream where the last committed change left it
+            self.rng.bit_generator.state = json.loads(state)
         self.children_done = self.archive.child_evaluation_count()
         self._ready = {name for name in self.tasks if self.archive.has_elites(name)}
         for program in self.archive.pending():  # in flight when the last run stopped
@@ -163,7 +171,7 @@ class Controller:
             program = self.archive.add_program(
                 task=task, island=island, generation=parent.generation + 1, operator=proposal.operator,
                 source=proposal.source, parent_ids=(parent.id,), inspiration_ids=[p.id for p in inspirations],
-                source_hash=source_hash, descriptors=proposal.descriptors)
+                source_hash=source_hash, descriptors=proposal.descriptors, meta=self._rng_meta())
             program_id = program.id
             self._enqueue(program)
         else:
@@ -179,7 +187,7 @@ class Controller:
         except Exception as exc:  # the evaluator actor died: the candidate is charged with it
             result = EvalResult(status=Status.CRASHED, reason=f"evaluator failed: {type(exc).__name__}: {exc}")
         self._in_flight_hashes.discard((program.task, program.source_hash))
-        insert = self.archive.record_evaluation(program, result)
+        insert = self.archive.record_evaluation(program, result, meta=self._rng_meta())
         if result.device and not self.hardware:
             self.hardware = result.device
         if insert is not Insert.NOT_ADDED:
