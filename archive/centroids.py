@@ -26,6 +26,8 @@ def load_or_draw_centroids(c, descriptors: tuple, cells: int, seed: int) -> CVT 
                            "archive.descriptors")
         return CVT(descriptors, stored)
     if cells <= 0:
+        if any(not d.bins for d in descriptors):
+            raise ValueError("continuous descriptors need a CVT archive (archive.cvt_cells > 0)")
         return None
     if any(not hasattr(d, "low") for d in descriptors):
         raise ValueError("a CVT archive needs continuous descriptors (evo.descriptors.by_names(..., continuous=True))")

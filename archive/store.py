@@ -20,10 +20,10 @@ from archive.centroids import load_or_draw_centroids
 from archive.schema import SchemaError, make_engine, upgrade
 from evaluator.result import EvalResult, Status
 from evo.descriptors import DEFAULT_DESCRIPTORS, cell_key, complete, describe, parse_cell_key
-from evo.inspiration import BestThenRandom, Inspiration
-from evo.layouts import Grid, Layout
 from evo.errors import EvoError
+from evo.inspiration import BestThenRandom, Inspiration
 from evo.kernel_source import normalized_hash
+from evo.layouts import Grid, Layout
 from evo.program import Program
 from evo.selection import EliteCell, Selection, Uniform
 

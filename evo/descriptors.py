@@ -137,22 +137,15 @@ def _largest(kind: str) -> Callable[[KernelFacts], float | None]:
     return value
 
 
-def _at_most(field: str, scale: float, edges: tuple[int, ...]) -> Callable[[EvalResult], str]:
-    """The first edge at or above the result's ``field`` (times ``scale``)."""
+def _edge(field: str, scale: float, edges: tuple[int, ...], *, upper: bool) -> Callable[[EvalResult], str]:
+    """The edge bucketing the result's ``field`` (times ``scale``): the first at or above it
+    (``upper``: edges are upper bounds), or the last at or below it (lower bounds)."""
     def classify(result: EvalResult) -> str:
         value = getattr(result, field)
         if value is None:
             return NONE
-        return next((str(e) for e in edges if value * scale <= e), str(edges[-1]))
-    return classify
-
-
-def _at_least(field: str, scale: float, edges: tuple[int, ...]) -> Callable[[EvalResult], str]:
-    """The last edge at or below the result's ``field`` (times ``scale``)."""
-    def classify(result: EvalResult) -> str:
-        value = getattr(result, field)
-        if value is None:
-            return NONE
+        if upper:
+            return str(next((e for e in edges if value * scale <= e), edges[-1]))
         return str(max((e for e in edges if value * scale >= e), default=edges[0]))
     return classify
 
@@ -166,10 +159,10 @@ PARALLEL = Descriptor("parallel", ("grid_1d", "grid_2d", "persistent", "split_k"
 
 _REGISTER_EDGES = (32, 64, 128, 255)
 REGISTERS = Measured("registers", tuple(map(str, _REGISTER_EDGES)) + (NONE,),
-                     _at_most("registers", 1, _REGISTER_EDGES))
+                     _edge("registers", 1, _REGISTER_EDGES, upper=True))
 _ROOFLINE_EDGES = (0, 10, 25, 50, 75)  # percent of the device's peak, lower edges
 ROOFLINE = Measured("roofline", tuple(map(str, _ROOFLINE_EDGES)) + (NONE,),
-                    _at_least("roofline_fraction", 100, _ROOFLINE_EDGES))
+                    _edge("roofline_fraction", 100, _ROOFLINE_EDGES, upper=False))
 
 DESCRIPTORS = {d.name: d for d in (BLOCK_SIZE, NUM_WARPS, NUM_STAGES, MEMORY, COMPUTE, PARALLEL, REGISTERS, ROOFLINE)}
 DEFAULT_DESCRIPTORS = (BLOCK_SIZE, NUM_WARPS)

@@ -60,6 +60,8 @@ def test_a_cvt_archive_keeps_its_centroids_across_resumes(tmp_path):
         Archive(url)  # a grid
 
 
-def test_a_cvt_needs_continuous_descriptors(tmp_path):
+def test_a_cvt_needs_continuous_descriptors_and_they_need_a_cvt(tmp_path):
     with pytest.raises(ArchiveError, match="continuous"):
         Archive(f"sqlite:///{tmp_path / 'a.db'}", cvt_cells=4)
+    with pytest.raises(ArchiveError, match="need a CVT"):
+        Archive(f"sqlite:///{tmp_path / 'b.db'}", descriptors=CONTINUOUS)
