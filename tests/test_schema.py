@@ -136,3 +136,19 @@ def test_status_of_a_run_with_a_corrupted_archive_fails_cleanly(tmp_path, capsys
     assert main(["status", f"run.dir={tmp_path}"]) != 0
     assert "cannot open archive" in capsys.readouterr().err
     assert digest(db) == before
+
+
+def test_an_upgrade_blocked_by_a_lock_is_a_clear_error_and_changes_nothing(tmp_path):
+    path = tmp_path / "archive.db"
+    schema_1_database(path)
+    before = digest(path)
+    holder = sqlite3.connect(path)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(ArchiveError, match="cannot open archive.*locked.*left as it was"):
+            Archive(f"sqlite:///{path}", busy_timeout_s=0.2)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert digest(path) == before
+    Archive(f"sqlite:///{path}").close()  # once the lock is gone, it upgrades
