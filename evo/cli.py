@@ -119,10 +119,8 @@ def status_command(args: list[str]) -> int:
         return _fail(f"{run_dir} holds no evo run (no {RUN_FILE})")
     try:
         info = json.loads(marker.read_text())
-        settings = OmegaConf.load(run_dir / "config.yaml").archive
-        cvt_cells = int(settings.get("cvt_cells", 0))
-        archive = Archive(settings.url or f"sqlite:///{run_dir / 'archive.db'}", cvt_cells=cvt_cells,
-                          descriptors=by_names(settings.descriptors, continuous=cvt_cells > 0))
+        descriptors = by_names(OmegaConf.load(run_dir / "config.yaml").archive.descriptors)
+        archive = Archive(f"sqlite:///{run_dir / 'archive.db'}", descriptors=descriptors)
         rows = summary_rows(archive, info["tasks"])
         spend = archive.llm_spend()
     except (EvoError, ValueError, KeyError, OSError) as exc:

@@ -125,16 +125,17 @@ def test_a_failed_upgrade_rolls_back_entirely(tmp_path, monkeypatch):
     assert "speedup_noise" not in columns and "alembic_version" not in tables
 
 
-def test_status_of_a_run_with_a_corrupted_archive_fails_cleanly(tmp_path, capsys):
-    from evo.cli import main
+def test_resuming_a_run_with_a_corrupted_archive_fails_cleanly(tmp_path):
+    from tests.test_cli import QUICK, evo
 
-    (tmp_path / "run.json").write_text('{"tasks": ["t"], "resumes": 0}')
-    (tmp_path / "config.yaml").write_text("archive:\n  url: null\n  descriptors: [block_size, num_warps]\n")
-    db = tmp_path / "archive.db"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text('{"tasks": ["gelu", "row_sum"], "resumes": 0}')
+    db = run_dir / "archive.db"
     db.write_bytes(b"garbage, not SQLite" * 200)
     before = digest(db)
-    assert main(["status", f"run.dir={tmp_path}"]) != 0
-    assert "cannot open archive" in capsys.readouterr().err
+    out = evo("run", f"run.dir={run_dir}", *QUICK)
+    assert out.returncode != 0 and "cannot open archive" in out.stderr and "left as it was" in out.stderr
     assert digest(db) == before
 
 
