@@ -14,7 +14,7 @@ Runs choose theirs with ``archive.descriptors``.  They are pure functions of
 the source, computed once per child by the island that proposed it, off the
 archive's single-writer path.
 
-A third family is *measured* (:class:`Measured`): ``registers`` (per thread,
+A third family is *measured* (``measured=True``): ``registers`` (per thread,
 from the compiled kernel) and ``roofline`` (the fraction of the device's peak
 reached, in percent buckets), read from the :class:`EvalResult`.  They are
 known only after evaluation, so :func:`describe` leaves them out and the
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import Callable
 
 from evaluator.result import EvalResult
 from evo.errors import ConfigError
@@ -40,29 +40,22 @@ from evo.kernel_facts import KernelFacts, kernel_facts
 NONE = "none"
 
 
+def _known(facts_or_result, measured: bool) -> bool:
+    """Whether there is something to describe: a parsed source, or an evaluation's result."""
+    return facts_or_result is not None and (measured or facts_or_result.parses)
+
+
 @dataclass(frozen=True)
 class Descriptor:
-    name: str
-    bins: tuple[str, ...]
-    classify: Callable[[KernelFacts], str]
-    measured: ClassVar[bool] = False
-
-    def __call__(self, facts: KernelFacts) -> str:
-        label = self.classify(facts) if facts.parses else NONE
-        return label if label in self.bins else NONE
-
-
-@dataclass(frozen=True)
-class Measured:
-    """A descriptor read from an evaluation's result, known only once the program is evaluated."""
+    """Bins of a kernel's source facts, or, when ``measured``, of its evaluation's result."""
 
     name: str
     bins: tuple[str, ...]
-    classify: Callable[[EvalResult], str]
-    measured: ClassVar[bool] = True
+    classify: Callable  # KernelFacts -> str, or EvalResult -> str when measured
+    measured: bool = False
 
-    def __call__(self, result: EvalResult | None) -> str:
-        label = self.classify(result) if result is not None else NONE
+    def __call__(self, known: KernelFacts | EvalResult | None) -> str:
+        label = self.classify(known) if _known(known, self.measured) else NONE
         return label if label in self.bins else NONE
 
 
@@ -121,10 +114,8 @@ class Continuous:
     measured: bool = False
     bins: tuple[str, ...] = ()
 
-    def __call__(self, known) -> str:
-        if known is None or (not self.measured and not known.parses):
-            return NONE
-        value = self.value(known)
+    def __call__(self, known: KernelFacts | EvalResult | None) -> str:
+        value = self.value(known) if _known(known, self.measured) else None
         if value is None:
             return NONE
         return f"{min(max((value - self.low) / (self.high - self.low), 0.0), 1.0):.4f}"
@@ -158,11 +149,11 @@ COMPUTE = Descriptor("compute", ("single_pass", "multi_pass", "split", "tensor_c
 PARALLEL = Descriptor("parallel", ("grid_1d", "grid_2d", "persistent", "split_k", NONE), _parallel)
 
 _REGISTER_EDGES = (32, 64, 128, 255)
-REGISTERS = Measured("registers", tuple(map(str, _REGISTER_EDGES)) + (NONE,),
-                     _edge("registers", 1, _REGISTER_EDGES, upper=True))
+REGISTERS = Descriptor("registers", tuple(map(str, _REGISTER_EDGES)) + (NONE,),
+                       _edge("registers", 1, _REGISTER_EDGES, upper=True), measured=True)
 _ROOFLINE_EDGES = (0, 10, 25, 50, 75)  # percent of the device's peak, lower edges
-ROOFLINE = Measured("roofline", tuple(map(str, _ROOFLINE_EDGES)) + (NONE,),
-                    _edge("roofline_fraction", 100, _ROOFLINE_EDGES, upper=False))
+ROOFLINE = Descriptor("roofline", tuple(map(str, _ROOFLINE_EDGES)) + (NONE,),
+                      _edge("roofline_fraction", 100, _ROOFLINE_EDGES, upper=False), measured=True)
 
 DESCRIPTORS = {d.name: d for d in (BLOCK_SIZE, NUM_WARPS, NUM_STAGES, MEMORY, COMPUTE, PARALLEL, REGISTERS, ROOFLINE)}
 DEFAULT_DESCRIPTORS = (BLOCK_SIZE, NUM_WARPS)
