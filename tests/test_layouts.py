@@ -40,8 +40,8 @@ def test_continuous_descriptors_and_cvt_keys():
     assert cvt.distance("cvt=0", "cvt=1") == pytest.approx(2 ** 0.5)
 
 
-def test_a_cvt_archive_keeps_its_centroids_across_resumes(tmp_path):
-    url = f"sqlite:///{tmp_path / 'archive.db'}"
+def test_a_cvt_archive_keeps_its_centroids_across_resumes(db_url):
+    url = db_url
     first = Archive(url, descriptors=CONTINUOUS, cvt_cells=16, seed=5)
     centroids = first.layout.centroids.copy()
     p = add(first, src(256, 4))
