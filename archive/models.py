@@ -10,7 +10,7 @@ import time
 from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # the number of the head revision in archive/migrations/versions
 
 
 class Base(DeclarativeBase):
@@ -129,3 +129,12 @@ class StatsRow(Base):
     qd_score: Mapped[float] = mapped_column(Float)
     best_speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[float] = mapped_column(Float, default=time.time)
+
+
+class CentroidRow(Base):
+    """One coordinate of one centroid of a CVT archive: drawn once per run, read back on resume."""
+
+    __tablename__ = "cvt_centroids"
+    cell: Mapped[int] = mapped_column(Integer, primary_key=True)
+    axis: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[float] = mapped_column(Float)

@@ -8,12 +8,12 @@ from __future__ import annotations
 from sqlalchemy import bindparam, func, insert, select, update
 
 from archive.models import (
-    CellRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow, StatsRow,
+    CellRow, CentroidRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow, StatsRow,
 )
 
-META, PROGRAMS, LINEAGE, EVALUATIONS, CELLS, MIGRATIONS, LLM_CALLS, STATS = (
+META, PROGRAMS, LINEAGE, EVALUATIONS, CELLS, MIGRATIONS, LLM_CALLS, STATS, CENTROIDS = (
     t.__table__ for t in (MetaRow, ProgramRow, LineageRow, EvaluationRow, CellRow, MigrationRow, LLMCallRow,
-                          StatsRow))
+                          StatsRow, CentroidRow))
 
 INSERT_PROGRAM = insert(PROGRAMS)
 INSERT_LINEAGE = insert(LINEAGE)
@@ -25,6 +25,8 @@ UPDATE_CELL = update(CELLS).where(*CELL_WHERE).values(
 CHILD_COUNTS = (select(LINEAGE.c.parent_id, func.count()).where(
     LINEAGE.c.parent_id.in_(bindparam("ids", expanding=True)), LINEAGE.c.role == "parent")
     .group_by(LINEAGE.c.parent_id))
+UPDATE_META = update(META).where(META.c.key == bindparam("k")).values(value=bindparam("v"))
+SET_CELL_KEY = update(PROGRAMS).where(PROGRAMS.c.id == bindparam("pid")).values(cell_key=bindparam("k"))
 FIND_HASH = select(PROGRAMS.c.id).where(PROGRAMS.c.task == bindparam("t"),
                                         PROGRAMS.c.source_hash == bindparam("h")).limit(1)
 

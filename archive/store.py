@@ -12,19 +12,23 @@ import time
 from collections import OrderedDict
 
 import numpy as np
-from sqlalchemy import create_engine, event, func, insert, select, update
+from sqlalchemy import func, insert, select
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive import statements as sql
-from archive.models import SCHEMA_VERSION, Base
+from archive.centroids import load_or_draw_centroids
+from archive.schema import SchemaError, make_engine, upgrade
 from evaluator.result import EvalResult, Status
-from evo.descriptors import DEFAULT_DESCRIPTORS, cell_key, describe, grid_size, parse_cell_key
+from evo.descriptors import DEFAULT_DESCRIPTORS, cell_key, complete, describe, parse_cell_key
 from evo.errors import EvoError
+from evo.inspiration import BestThenRandom, Inspiration
 from evo.kernel_source import normalized_hash
+from evo.layouts import Grid, Layout
 from evo.program import Program
 from evo.selection import EliteCell, Selection, Uniform
 
 UNIFORM = Uniform()
+BEST_THEN_RANDOM = BestThenRandom()
 _PROGRAM_CACHE_SIZE = 4096
 
 
@@ -45,15 +49,15 @@ class Archive:
     short transaction each, no ORM unit of work.
     """
 
-    def __init__(self, url: str, *, descriptors=DEFAULT_DESCRIPTORS, busy_timeout_s: float = 10.0):
+    def __init__(self, url: str, *, descriptors=DEFAULT_DESCRIPTORS, cvt_cells: int = 0, seed: int = 0,
+                 busy_timeout_s: float = 10.0):
+        """``cvt_cells`` > 0: a CVT archive of that many cells over continuous ``descriptors``,
+        its centroids drawn from ``seed`` when the database has none yet; 0: a grid of their bins."""
         self.url = url
         self.descriptors = tuple(descriptors)
-        sqlite = url.startswith("sqlite")
+        self.layout: Layout = Grid(self.descriptors)
         # One owner, one connection: no pool checkout and reset around every short transaction.
-        connect_args = {"check_same_thread": False, "timeout": busy_timeout_s} if sqlite else {}
-        self.engine = create_engine(url, connect_args=connect_args)
-        if sqlite:
-            event.listen(self.engine, "connect", sql.sqlite_pragmas)
+        self.engine = make_engine(url, busy_timeout_s=busy_timeout_s)
         self._conn = None
         # Write-through caches, coherent because this object is the database's only writer:
         # the cells of each task, and evaluated programs (immutable once evaluated).
@@ -61,17 +65,17 @@ class Archive:
         self._staged: list[tuple[str, int, str, int, float]] = []
         self._evaluated: OrderedDict[int, Program] = OrderedDict()
         try:
-            Base.metadata.create_all(self.engine)
-            version = self.get_meta("schema_version")
-            if version is None:
-                self.set_meta("schema_version", str(SCHEMA_VERSION))
-            elif int(version) > SCHEMA_VERSION:
-                raise ArchiveError(
-                    f"archive {url} has schema version {version}, newer than this engine's "
-                    f"{SCHEMA_VERSION}: upgrade the engine to open it"
-                )
+            upgrade(url, busy_timeout_s=busy_timeout_s)
+        except SchemaError as exc:
+            raise ArchiveError(f"archive {url} has {exc}: upgrade the engine to open it; "
+                               "the database was left as it was") from None
         except (DatabaseError, OperationalError) as exc:
-            raise ArchiveError(f"cannot open archive {url}: {exc.orig}") from exc
+            raise ArchiveError(f"cannot open archive {url}: {exc.orig}; the database was left as it was") from exc
+        try:
+            with self._tx() as c:
+                self.layout = load_or_draw_centroids(c, self.descriptors, cvt_cells, seed) or self.layout
+        except ValueError as exc:
+            raise ArchiveError(f"archive {url}: {exc}") from None
 
     @contextlib.contextmanager
     def _tx(self):
@@ -103,11 +107,7 @@ class Archive:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-        # Write-through caches, coherent because this object is the database's only writer:
-        # the cells of each task, and evaluated programs (immutable once evaluated).
-        self._cells: dict[str, dict[tuple[int, str], tuple[int, float]]] = {}
-        self._staged: list[tuple[str, int, str, int, float]] = []
-        self._evaluated: OrderedDict[int, Program] = OrderedDict()
+        self._cells, self._evaluated = {}, OrderedDict()
         self.engine.dispose()
 
     # -- run metadata -------------------------------------------------------
@@ -117,14 +117,22 @@ class Archive:
 
     def set_meta(self, key: str, value: str) -> None:
         with self._tx() as c:
-            if c.execute(update(sql.META).where(sql.META.c.key == key).values(value=value)).rowcount == 0:
+            self._set_meta(c, {key: value})
+
+    @staticmethod
+    def _set_meta(c, meta: dict[str, str]) -> None:
+        for key, value in meta.items():
+            if c.execute(sql.UPDATE_META, dict(k=key, v=value)).rowcount == 0:
                 c.execute(insert(sql.META).values(key=key, value=value))
 
     # -- programs -----------------------------------------------------------
     def add_program(self, *, task: str, island: int, generation: int, operator: str, source: str,
                     parent_ids=(), inspiration_ids=(), source_hash: str | None = None,
-                    descriptors: dict[str, str] | None = None) -> Program:
-        """Store a new program; ``source_hash`` and ``descriptors`` are computed here when not given."""
+                    descriptors: dict[str, str] | None = None, meta: dict[str, str] | None = None) -> Program:
+        """Store a new program; ``source_hash`` and ``descriptors`` are computed here when not given.
+
+        ``meta`` entries are written in the same transaction (the run loop's RNG state).
+        """
         source_hash = source_hash or normalized_hash(source)
         descriptors = descriptors or describe(source, self.descriptors)
         with self._tx() as c:
@@ -137,6 +145,7 @@ class Archive:
                      for p in dict.fromkeys(ids)]
             if links:
                 c.execute(sql.INSERT_LINEAGE, links)
+            self._set_meta(c, meta or {})
         return Program(id=pid, task=task, island=island, generation=generation, operator=operator,
                        source=source, parent_ids=tuple(parent_ids), inspiration_ids=tuple(inspiration_ids),
                        source_hash=source_hash, descriptors=descriptors)
@@ -146,26 +155,40 @@ class Archive:
         with self._tx() as c:
             return c.scalar(sql.FIND_HASH, dict(t=task, h=source_hash or normalized_hash(source)))
 
-    def record_evaluation(self, program: Program, result: EvalResult) -> Insert:
-        """Store the result and, if correct and best in its cell, make it the elite."""
+    def record_evaluation(self, program: Program, result: EvalResult, meta: dict[str, str] | None = None) -> Insert:
+        """Store the result and, if correct and best in its cell beyond the noise, make it the elite.
+
+        The program's cell is completed with the measured descriptors (if any)
+        and stored with it.  An occupied cell changes hands only when the
+        challenger is faster than its elite by more than the challenger's
+        relative measurement noise (``speedup > elite * (1 + speedup_noise)``;
+        no noise figure: any gain), so noise alone does not churn the archive.
+        ``meta`` entries are written in the same transaction.
+        """
         program.result = result
-        program.descriptors = program.descriptors or describe(program.source, self.descriptors)
-        key = cell_key(program.descriptors)  # normally stored with the program when it was added
+        known = program.descriptors or describe(program.source, self.descriptors)
+        key = self.layout.key(complete(known, result, self.descriptors))
+        program.descriptors = parse_cell_key(key)
         fields = result.to_dict()
         fields.pop("extra", None)
         with self._write() as c:
             c.execute(sql.INSERT_EVALUATION, dict(fields, program_id=program.id, created_at=time.time()))
+            self._set_meta(c, meta or {})
+            if key != cell_key(known):  # completed by measured descriptors, or placed in a CVT cell
+                c.execute(sql.SET_CELL_KEY, dict(pid=program.id, k=key))
             if not result.correct or result.speedup is None:
                 return Insert.NOT_ADDED
-            return self._place(c, program.task, program.island, program.id, key, result.speedup)
+            return self._place(c, program.task, program.island, program.id, key, result.speedup,
+                               noise=result.speedup_noise or 0.0)
 
-    def _place(self, c, task: str, island: int, program_id: int, key: str, fitness: float) -> Insert:
+    def _place(self, c, task: str, island: int, program_id: int, key: str, fitness: float,
+               noise: float = 0.0) -> Insert:
         current = self._task_cells(c, task).get((island, key))
         if current is None:
             c.execute(sql.INSERT_CELL, dict(task=task, island=island, key=key, program_id=program_id,
                                          fitness=fitness, updated_at=time.time()))
             outcome = Insert.NEW_CELL
-        elif fitness > current[1]:
+        elif fitness > current[1] * (1.0 + max(noise, 0.0)):
             c.execute(sql.UPDATE_CELL, dict(t=task, i=island, k=key, pid=program_id, f=fitness, now=time.time()))
             outcome = Insert.IMPROVED
         else:
@@ -267,19 +290,18 @@ class Archive:
             if selection.needs_children:
                 children = dict(c.execute(sql.CHILD_COUNTS, dict(ids=[pid for _, pid, _ in cells])).all())
             elites = [EliteCell(key, pid, fitness, children.get(pid, 0)) for key, pid, fitness in cells]
-            pick = selection.pick(elites, rng, self.descriptors, {key for key, _, _ in cells})
+            pick = selection.pick(elites, rng, self.layout, {key for key, _, _ in cells})
             return self._programs(c, [pick.program_id])[0]
 
-    def inspirations(self, task: str, exclude: int, k: int, rng: np.random.Generator) -> list[Program]:
-        """Up to ``k`` other elites of the task: the best first, then random ones."""
+    def inspirations(self, task: str, exclude: int, k: int, rng: np.random.Generator,
+                     strategy: Inspiration = BEST_THEN_RANDOM) -> list[Program]:
+        """Up to ``k`` elites of the task other than ``exclude`` (the parent), chosen by ``strategy``."""
         with self._tx() as c:
-            cells = sorted((cell for cell in self._elite_cells(c, task) if cell[1] != exclude),
-                           key=lambda cell: cell[2], reverse=True)
-            if len(cells) > k:
-                rest = cells[1:]
-                picks = rng.choice(len(rest), size=k - 1, replace=False) if k > 1 else []
-                cells = [cells[0], *(rest[int(i)] for i in picks)]
-            return self._programs(c, [pid for _, pid, _ in cells])
+            cells = self._elite_cells(c, task)
+            parent = next((key for (_, key), (pid, _) in self._task_cells(c, task).items() if pid == exclude), None)
+            elites = [EliteCell(key, pid, fitness) for key, pid, fitness in cells if pid != exclude]
+            picks = strategy.pick(elites, parent, k, rng, self.layout)
+            return self._programs(c, [e.program_id for e in picks])
 
     def migrate(self, task: str, src_island: int, dst_island: int, count: int) -> int:
         """Copy the ``count`` best elites of one island into another's cells; returns how many moved in."""
@@ -318,7 +340,7 @@ class Archive:
         """Cells, coverage, QD-score (sum of elite speedups) and best, of one island or all."""
         with self._tx() as c:
             fitness = [f for _, _, f in self._elite_cells(c, task, island)]
-        return {"cells": len(fitness), "coverage": len(fitness) / grid_size(self.descriptors),
+        return {"cells": len(fitness), "coverage": len(fitness) / self.layout.size,
                 "qd_score": float(sum(fitness)), "best_speedup": max(fitness) if fitness else None}
 
     def record_stats(self, task: str, islands: int, children_done: int) -> None:

@@ -15,8 +15,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from evaluator import EvaluatorSettings
 from evo.controller import RunSettings
-from evo.descriptors import Descriptor, by_names
+from evo.descriptors import Continuous, Descriptor, by_names
 from evo.errors import ConfigError, EvoError
+from evo.inspiration import Inspiration
 from evo.selection import Selection
 from evo.task import Task
 from islands.migration import MigrationSettings
@@ -38,8 +39,10 @@ class Components:
     ray: RaySettings
     backend: str
     archive_url: str
-    descriptors: tuple[Descriptor, ...]
+    descriptors: tuple[Descriptor | Continuous, ...]  # Continuous ones for a CVT archive
     selection: Selection
+    inspiration: Inspiration
+    cvt_cells: int  # 0: a grid archive
     progress: bool
 
 
@@ -93,12 +96,18 @@ def build(cfg: DictConfig) -> Components:
     llm = instantiate_node(cfg.llm, "llm") if cfg.llm.model else None
     operators, weights = _operators(cfg, llm)
     url = cfg.archive.url or f"sqlite:///{Path(run_dir).resolve() / 'archive.db'}"
+    cvt_cells = int(cfg.archive.cvt_cells)
+    if cvt_cells < 0:
+        raise ConfigError("archive.cvt_cells must be >= 0 (0: a grid)")
     return Components(
         tasks=instantiate_node(cfg.task, "task"), run=run, evaluator=instantiate_node(cfg.evaluator, "evaluator"),
         island_count=int(cfg.islands.count), migration=instantiate_node(cfg.islands.migration, "islands.migration"),
         operators=operators, weights=weights, llm=llm, ray=instantiate_node(cfg.ray, "ray"),
-        backend=str(cfg.run.backend), archive_url=url, descriptors=by_names(cfg.archive.descriptors),
-        selection=instantiate_node(cfg.selection, "selection"), progress=bool(cfg.run.progress),
+        backend=str(cfg.run.backend), archive_url=url,
+        descriptors=by_names(cfg.archive.descriptors, continuous=cvt_cells > 0),
+        selection=instantiate_node(cfg.selection, "selection"),
+        inspiration=instantiate_node(cfg.inspiration, "inspiration"), cvt_cells=cvt_cells,
+        progress=bool(cfg.run.progress),
     )
 
 

@@ -7,6 +7,7 @@ archive, so every state change is one transaction from one writer.
 from __future__ import annotations
 
 import itertools
+import json
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import numpy as np
 
 from archive import Archive, Insert
 from evaluator import EvalResult, Status
+from evo.inspiration import BestThenRandom, Inspiration
 from evo.kernel_source import normalized_hash
 from evo.program import Program
 from evo.selection import Selection, Uniform
@@ -24,6 +26,7 @@ from islands.migration import MigrationSettings, ring
 from operators.base import Context, Proposal
 
 Events = Callable[..., None]
+RNG_META = "rng.controller"  # the run loop's RNG state, saved with every program and evaluation it led to
 
 
 def _no_events(kind: str, **fields) -> None:
@@ -52,13 +55,14 @@ class RunSettings:
 class Controller:
     def __init__(self, *, settings: RunSettings, tasks: list[Task], archive: Archive, backend,
                  migration: MigrationSettings, events: Events = _no_events, resume_count: int = 0,
-                 selection: Selection | None = None):
+                 selection: Selection | None = None, inspiration: Inspiration | None = None):
         self.settings = settings
         self.tasks = {t.name: t for t in tasks}
         self.archive = archive
         self.backend = backend
         self.migration = migration
         self.selection = selection or Uniform()
+        self.inspiration = inspiration or BestThenRandom()
         self.events = events
         self.rng = np.random.default_rng([settings.seed, 1_000_003, resume_count])
         self.hardware = ""
@@ -83,7 +87,13 @@ class Controller:
         self._queue.append(program)
         self._in_flight_hashes.add((program.task, program.source_hash))
 
+    def _rng_meta(self) -> dict[str, str]:
+        return {RNG_META: json.dumps(self.rng.bit_generator.state)}
+
     def _start(self) -> None:
+        state = self.archive.get_meta(RNG_META)
+        if state is not None:  # continue the stream where the last committed change left it
+            self.rng.bit_generator.state = json.loads(state)
         self.children_done = self.archive.child_evaluation_count()
         self._ready = {name for name in self.tasks if self.archive.has_elites(name)}
         for program in self.archive.pending():  # in flight when the last run stopped
@@ -136,7 +146,8 @@ class Controller:
             island = next(self._island_cycle)
             task_name = next(t for t in self._task_cycle[island] if t in self._ready)
             parent = self.archive.sample_parent(task_name, island, self.rng, self.selection)
-            inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations, self.rng)
+            inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations, self.rng,
+                                                     self.inspiration)
             task = self.tasks[task_name]
             context = Context(task_name=task.name, task_source=task.source, parent=parent,
                               inspirations=inspirations, hardware=self.hardware)
@@ -160,7 +171,7 @@ class Controller:
             program = self.archive.add_program(
                 task=task, island=island, generation=parent.generation + 1, operator=proposal.operator,
                 source=proposal.source, parent_ids=(parent.id,), inspiration_ids=[p.id for p in inspirations],
-                source_hash=source_hash, descriptors=proposal.descriptors)
+                source_hash=source_hash, descriptors=proposal.descriptors, meta=self._rng_meta())
             program_id = program.id
             self._enqueue(program)
         else:
@@ -176,7 +187,7 @@ class Controller:
         except Exception as exc:  # the evaluator actor died: the candidate is charged with it
             result = EvalResult(status=Status.CRASHED, reason=f"evaluator failed: {type(exc).__name__}: {exc}")
         self._in_flight_hashes.discard((program.task, program.source_hash))
-        insert = self.archive.record_evaluation(program, result)
+        insert = self.archive.record_evaluation(program, result, meta=self._rng_meta())
         if result.device and not self.hardware:
             self.hardware = result.device
         if insert is not Insert.NOT_ADDED:

@@ -150,7 +150,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
             {"tasks": names, "resumes": resume_count, "device": device, "started": time.time()}, indent=1))
         if not (run_dir / "config.yaml").exists():
             write_atomically(run_dir / "config.yaml", config_yaml)
-        archive = Archive(c.archive_url, descriptors=c.descriptors)
+        archive = Archive(c.archive_url, descriptors=c.descriptors, cvt_cells=c.cvt_cells, seed=c.run.seed)
         if archive.get_meta("config") is None:
             archive.set_meta("config", config_yaml)
         archive.set_meta(f"code_version.{resume_count}", code_version())
@@ -162,7 +162,8 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
                           f"evaluators on {len(set(placement['evaluators']))}")
         try:
             Controller(settings=c.run, tasks=c.tasks, archive=archive, backend=backend, migration=c.migration,
-                       events=events, resume_count=resume_count, selection=c.selection).run()
+                       events=events, resume_count=resume_count, selection=c.selection,
+                       inspiration=c.inspiration).run()
         except ArchiveError as exc:
             raise ArchiveError(f"{exc}; every committed change is kept: run `evo run run.dir={run_dir}` "
                                "again to continue") from None

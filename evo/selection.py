@@ -1,8 +1,11 @@
 """Parent selection strategies: which elite of an island gets the next child.
 
-Each strategy is a small class with one method, ``pick(elites, rng)``, over
-plain :class:`EliteCell` records (the archive builds them); chosen in config
-(``selection=...``, one YAML per strategy under ``conf/selection/``).
+Each strategy is a small class with one method, ``pick(elites, rng, layout,
+occupied)``, over plain :class:`EliteCell` records (the archive builds them);
+chosen in config (``selection=...``, one YAML per strategy under
+``conf/selection/``).  ``layout`` (:mod:`evo.layouts`) says which cells are
+adjacent.  The elites shown to an operator beside its parent are chosen the
+same way by :mod:`evo.inspiration`.
 """
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ from functools import cached_property
 
 import numpy as np
 
-from evo.descriptors import Descriptor, cell_key, parse_cell_key
+from evo.descriptors import parse_cell_key
+from evo.layouts import Layout
 
 
 @dataclass(frozen=True)
@@ -32,8 +36,8 @@ class Selection(abc.ABC):
     needs_children = False  # whether the archive must count each elite's children (one more query)
 
     @abc.abstractmethod
-    def pick(self, elites: list[EliteCell], rng: np.random.Generator,
-             descriptors: tuple[Descriptor, ...], occupied: set[str]) -> EliteCell:
+    def pick(self, elites: list[EliteCell], rng: np.random.Generator, layout: Layout,
+             occupied: set[str]) -> EliteCell:
         """One of ``elites`` (never empty); ``occupied`` holds the keys of all filled cells."""
 
 
@@ -47,7 +51,7 @@ class Uniform(Selection):
 
     name = "uniform"
 
-    def pick(self, elites, rng, descriptors, occupied):
+    def pick(self, elites, rng, layout, occupied):
         return elites[int(rng.integers(len(elites)))]
 
 
@@ -65,7 +69,7 @@ class FitnessProportional(Selection):
             raise ValueError("sharpness and novelty must be >= 0")
         self.sharpness, self.novelty = sharpness, novelty
 
-    def pick(self, elites, rng, descriptors, occupied):
+    def pick(self, elites, rng, layout, occupied):
         return _weighted(elites, rng, [max(e.fitness, 1e-9) ** self.sharpness / (1 + e.children) ** self.novelty
                                        for e in elites])
 
@@ -80,24 +84,14 @@ class Tournament(Selection):
             raise ValueError("tournament size must be >= 1")
         self.size = size
 
-    def pick(self, elites, rng, descriptors, occupied):
+    def pick(self, elites, rng, layout, occupied):
         drawn = rng.choice(len(elites), size=min(self.size, len(elites)), replace=False)
         return max((elites[int(i)] for i in drawn), key=lambda e: e.fitness)
 
 
-def empty_neighbours(cell: EliteCell, descriptors: tuple[Descriptor, ...], occupied: set[str]) -> int:
-    """Cells one bin away along one descriptor that no elite holds yet."""
-    count = 0
-    for d in descriptors:
-        value = cell.descriptors.get(d.name)
-        if value not in d.bins:
-            continue
-        i = d.bins.index(value)
-        for j in (i - 1, i + 1):
-            if 0 <= j < len(d.bins):
-                neighbour = dict(cell.descriptors, **{d.name: d.bins[j]})
-                count += cell_key(neighbour) not in occupied
-    return count
+def empty_neighbours(cell: EliteCell, layout: Layout, occupied: set[str]) -> int:
+    """Adjacent cells (one bin away along one descriptor, on a grid) that no elite holds yet."""
+    return sum(key not in occupied for key in layout.neighbours(cell.key))
 
 
 class Curiosity(Selection):
@@ -110,6 +104,6 @@ class Curiosity(Selection):
             raise ValueError("strength must be >= 0")
         self.strength = strength
 
-    def pick(self, elites, rng, descriptors, occupied):
-        return _weighted(elites, rng, [1.0 + self.strength * empty_neighbours(e, descriptors, occupied)
+    def pick(self, elites, rng, layout, occupied):
+        return _weighted(elites, rng, [1.0 + self.strength * empty_neighbours(e, layout, occupied)
                                        for e in elites])

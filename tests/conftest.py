@@ -56,3 +56,24 @@ def small_run(tmp_path_factory):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A throwaway PostgreSQL server (tests/postgres.py), or a skip saying why there is none."""
+    from tests.postgres import PostgresServer, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"PostgreSQL contract tests skipped: {reason}")
+    server = PostgresServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A new, empty archive database: SQLite in tmp_path, then a PostgreSQL one where available."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'archive.db'}"
+    return request.getfixturevalue("postgres").new_database()

@@ -19,8 +19,9 @@ def ok(speedup):
 
 
 @pytest.fixture
-def archive(tmp_path):
-    a = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
+def archive(db_url):
+    """The contract tests run on SQLite and, where a server can be started, PostgreSQL."""
+    a = Archive(db_url)
     yield a
     a.close()
 
@@ -106,8 +107,8 @@ def test_llm_calls_are_recorded(archive):
     assert archive.llm_spend() == {"calls": 2, "cost_usd": 0.5, "errors": 1}
 
 
-def test_reopening_keeps_everything(tmp_path):
-    url = f"sqlite:///{tmp_path / 'a.db'}"
+def test_reopening_keeps_everything(db_url):
+    url = db_url
     first = Archive(url)
     p = add(first, src())
     first.record_evaluation(p, ok(1.25))
@@ -155,3 +156,39 @@ def test_locked_database_is_a_clear_error(tmp_path):
     finally:
         holder.rollback()
         holder.close()
+
+
+def test_measured_descriptors_complete_the_cell_on_evaluation(db_url):
+    from evo.descriptors import by_names
+
+    archive = Archive(db_url, descriptors=by_names(["block_size", "registers"]))
+    p = add(archive, src(256))
+    assert p.descriptors == {"block_size": "256"}
+    result = ok(1.0)
+    result.registers = 60
+    assert archive.record_evaluation(p, result) is Insert.NEW_CELL
+    q = add(archive, src(256, tag="fewer registers"))
+    result = ok(0.5)
+    result.registers = 30
+    assert archive.record_evaluation(q, result) is Insert.NEW_CELL  # another cell, though slower
+    archive.close()
+    again = Archive(db_url, descriptors=by_names(["block_size", "registers"]))
+    assert again.get(p.id).descriptors == {"block_size": "256", "registers": "64"}
+    assert {e.id for e in again.elites("t")} == {p.id, q.id}
+    again.close()
+
+
+def test_an_elite_is_replaced_only_beyond_the_measured_noise(archive):
+    elite = add(archive, src(256, tag="elite"))
+    archive.record_evaluation(elite, ok(1.0))
+
+    def challenge(speedup, noise, tag):
+        result = ok(speedup)
+        result.speedup_noise = noise
+        return archive.record_evaluation(add(archive, src(256, tag=tag)), result)
+
+    assert challenge(1.04, 0.05, "within the noise") is Insert.NOT_ADDED
+    assert challenge(1.04, None, "no noise figure") is Insert.IMPROVED
+    assert challenge(1.06, 0.05, "beyond the noise of 1.04") is Insert.NOT_ADDED
+    assert challenge(1.20, 0.05, "clearly faster") is Insert.IMPROVED
+    assert archive.elites("t")[0].fitness == 1.20

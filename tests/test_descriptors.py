@@ -51,3 +51,18 @@ def test_cell_keys_round_trip_and_grid_size():
     d = describe(ROW_KERNEL, ALL)
     assert parse_cell_key(cell_key(d)) == d
     assert grid_size(by_names(["memory", "compute"])) == 25
+
+
+def test_measured_descriptors_come_from_the_evaluation():
+    from evaluator import EvalResult, Status
+    from evo.descriptors import complete
+
+    grid = by_names(["block_size", "registers", "roofline"])
+    assert describe(ROW_KERNEL, grid) == {"block_size": "256"}  # registers and roofline: after evaluation
+    fast = EvalResult(status=Status.CORRECT, registers=40, roofline_fraction=0.62)
+    assert complete({"block_size": "256"}, fast, grid) == {"block_size": "256", "registers": "64",
+                                                          "roofline": "50"}
+    assert complete({}, EvalResult(status=Status.CORRECT, registers=255, roofline_fraction=0.03), grid) == {
+        "block_size": NONE, "registers": "255", "roofline": "0"}
+    assert set(complete({}, EvalResult(status=Status.CRASHED), grid).values()) == {NONE}
+    assert grid_size(grid) == len(DESCRIPTORS["block_size"].bins) * 5 * 6

@@ -2,9 +2,10 @@ import numpy as np
 import pytest
 
 from evo.descriptors import by_names
+from evo.layouts import Grid
 from evo.selection import Curiosity, EliteCell, FitnessProportional, Tournament, Uniform, empty_neighbours
 
-GRID = by_names(["block_size", "num_warps"])
+GRID = Grid(by_names(["block_size", "num_warps"]))
 
 
 def cell(pid, block, warps, fitness, children=0):
