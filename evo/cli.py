@@ -43,16 +43,19 @@ def _run_main() -> None:
     from hydra.types import RunMode
 
     @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
-    def run(cfg) -> None:
+    def run(cfg) -> list[dict]:
         from evo.config import build, to_yaml
         from evo.runner import run_search
 
         hydra_cfg = HydraConfig.get()
-        if hydra_cfg.mode == RunMode.MULTIRUN:  # every sweep job gets its own run dir under hydra.sweep.dir
+        sweeping = hydra_cfg.mode == RunMode.MULTIRUN
+        if sweeping:  # every sweep job gets its own run dir under hydra.sweep.dir
             cfg.run.dir = hydra_cfg.runtime.output_dir
         try:
-            run_search(build(cfg), to_yaml(cfg))
+            return run_search(build(cfg), to_yaml(cfg))  # per-task rows, for the sweep's summary
         except EvoError as exc:
+            if sweeping:
+                raise  # the job fails; the sweep summary records why
             sys.exit(_fail(str(exc)))
 
     run()

@@ -63,6 +63,11 @@ def test_multirun_sweep_gives_each_job_its_own_run_dir(tmp_path):
         assert f"dir: {run}" in (run / "config.yaml").read_text()
         status = evo("status", f"run.dir={run}")
         assert status.returncode == 0 and "children evaluated: 1" in status.stdout
+    summary = (sweep / "summary.md").read_text()
+    assert "| 0 | run.budget.evaluations=1 islands.count=1" in summary and "gelu best" in summary
+    jobs = json.loads((sweep / "summary.json").read_text())
+    assert [j["overrides"][1] for j in jobs] == ["islands.count=1", "islands.count=2"]
+    assert all(row["best_speedup"] for j in jobs for row in j["tasks"])
 
 
 BROKEN_REFERENCE = '''

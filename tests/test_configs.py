@@ -68,3 +68,10 @@ def test_descriptors_are_chosen_in_config(tmp_path):
 @pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "selection").glob("*.yaml")))
 def test_every_selection_strategy_builds(name, tmp_path):
     assert build(cfg(f"run.dir={tmp_path}", f"selection={name}")).selection.name == name
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")))
+def test_every_experiment_config_builds(name, tmp_path):
+    c = build(cfg(f"experiment={name}", f"run.dir={tmp_path}"))
+    assert c.run.budget_evaluations >= 1000 and c.island_count >= 4
+    assert c.evaluator.device == "cuda" and {t.name for t in c.tasks} >= {"softmax", "matmul_fp16"}
