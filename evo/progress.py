@@ -31,7 +31,9 @@ class RunEvents:
             self._progress.start()
 
     def _write(self, kind: str, fields: dict) -> None:
-        self._log.write(json.dumps({"t": round(time.time(), 3), "event": kind, **fields}) + "\n")
+        # cpu_s: this process's CPU time so far (the run loop's own cost, without islands and evaluators).
+        self._log.write(json.dumps({"t": round(time.time(), 3), "cpu_s": round(time.process_time(), 3),
+                                    "event": kind, **fields}) + "\n")
         self._log.flush()
 
     def __call__(self, kind: str, **fields) -> None:
