@@ -2,7 +2,8 @@
 
 Without ``ray.address`` the engine starts a private local Ray; with one it
 joins that cluster.  Island actors take no CPU reservation (they wait on LLMs
-and on the controller); each evaluator reserves one GPU, or one CPU when
+and on the controller) and serve ``proposals_per_island`` proposals at once
+(threaded actors); each evaluator reserves one GPU, or one CPU when
 evaluating on the CPU.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ class RaySettings:
 
 class RayBackend:
     def __init__(self, settings: RaySettings, islands: list[Island], evaluator_settings: EvaluatorSettings,
-                 device: str, evaluators: int):
+                 device: str, evaluators: int, proposals_per_island: int = 1):
         import ray
 
         self._ray = ray
@@ -40,7 +41,8 @@ class RayBackend:
                 cpus = settings.num_cpus or max(os.cpu_count() or 1, evaluators + 1)
                 ray.init(num_cpus=cpus, object_store_memory=settings.object_store_memory, **options)
             self._started = True
-        island_actor = ray.remote(Island).options(num_cpus=0, max_restarts=3, max_task_retries=0)
+        island_actor = ray.remote(Island).options(num_cpus=0, max_restarts=3, max_task_retries=0,
+                                                  max_concurrency=max(1, proposals_per_island))
         # The actor rebuilds the island from the same arguments, so it draws the same RNG stream.
         self.islands = [island_actor.remote(i.index, i.operators, list(i.weights), i.seed, i.stream,
                                             i.descriptors) for i in islands]
