@@ -3,6 +3,11 @@
 Proposals (island actors) and evaluations (evaluator workers) run
 concurrently through the backend's futures; this loop alone writes to the
 archive, so every state change is one transaction from one writer.
+
+With LLM operators, an :class:`operators.steering.LLMSteering` picks each
+proposal's model and holds the budgets (proposing stops cleanly when they
+are spent), learns from which children improved, and schedules the repair
+of failed children (at most one attempt each, with a set probability).
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from evo.selection import Selection, Uniform
 from evo.task import Task
 from islands.migration import MigrationSettings, ring
 from operators.base import Context, Proposal
+from operators.llm import LLMRepair
+from operators.steering import LLMSteering
 
 Events = Callable[..., None]
 
@@ -39,6 +46,7 @@ class RunSettings:
     inspirations: int = 2
     max_failed_proposals: int = 200  # in a row, before the run stops proposing
     stats_interval: int = 8  # child evaluations between entries of the QD statistics history
+    failures_shown: int = 5  # recent failures on an island shown to LLM operators
 
     def __post_init__(self):
         if self.budget_evaluations < 0:
@@ -52,7 +60,7 @@ class RunSettings:
 class Controller:
     def __init__(self, *, settings: RunSettings, tasks: list[Task], archive: Archive, backend,
                  migration: MigrationSettings, events: Events = _no_events, resume_count: int = 0,
-                 selection: Selection | None = None):
+                 selection: Selection | None = None, steering: LLMSteering | None = None):
         self.settings = settings
         self.tasks = {t.name: t for t in tasks}
         self.archive = archive
@@ -60,6 +68,7 @@ class Controller:
         self.migration = migration
         self.selection = selection or Uniform()
         self.events = events
+        self.steering = steering
         self.rng = np.random.default_rng([settings.seed, 1_000_003, resume_count])
         self.hardware = ""
         self.children_done = 0
@@ -68,7 +77,11 @@ class Controller:
         self._island_cycle = itertools.cycle(range(backend.island_count))
         self._ready: set[str] = set()  # tasks with at least one elite
         self._queue: deque[Program] = deque()
-        self._proposals: dict[Future, tuple[int, str, Program, list[Program]]] = {}
+        self._proposals: dict[Future, tuple[int, str, Program, list[Program], str | None]] = {}
+        self._repairs: deque[Program] = deque()  # failed children waiting for their one repair attempt
+        self._failures: dict[tuple[str, int], deque[dict]] = {}  # (task, island) -> recent failures
+        self._llm_children: dict[int, tuple[str, float | None]] = {}  # program id -> (model, parent fitness)
+        self._llm_stopped = False
         self._evaluations: dict[Future, tuple[int, Program]] = {}
         self._idle = deque(range(backend.evaluator_count))
         self._in_flight_hashes: set[tuple[str, str]] = set()
@@ -133,21 +146,47 @@ class Controller:
             if (len(self._proposals) >= limit or len(self._queue) >= backlog or not self._ready
                     or self._committed() >= self.settings.budget_evaluations):
                 return
-            island = next(self._island_cycle)
-            task_name = next(t for t in self._task_cycle[island] if t in self._ready)
-            parent = self.archive.sample_parent(task_name, island, self.rng, self.selection)
-            inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations, self.rng)
+            model = None
+            if self.steering is not None:
+                model = self.steering.begin(self.rng)
+                if model is None and not self.steering.offline_operators:
+                    self._llm_budget_spent()
+                    return  # wait for requests in flight; the run ends when nothing is left
+            if self._repairs and model is not None:
+                parent, repair = self._repairs.popleft(), True
+                island, task_name, inspirations = parent.island, parent.task, []
+            else:
+                repair, island = False, next(self._island_cycle)
+                task_name = next(t for t in self._task_cycle[island] if t in self._ready)
+                parent = self.archive.sample_parent(task_name, island, self.rng, self.selection)
+                inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations, self.rng)
             task = self.tasks[task_name]
             context = Context(task_name=task.name, task_source=task.source, parent=parent,
-                              inspirations=inspirations, hardware=self.hardware)
-            self._proposals[self.backend.propose(island, context)] = (island, task_name, parent, inspirations)
+                              inspirations=inspirations, hardware=self.hardware,
+                              failures=list(self._failures.get((task_name, island), ())), model=model,
+                              llm_allowed=self.steering is None or model is not None, repair=repair)
+            future = self.backend.propose(island, context)
+            self._proposals[future] = (island, task_name, parent, inspirations, model)
+
+    def _llm_budget_spent(self) -> None:
+        if self.steering.budget.exhausted and not self._llm_stopped:
+            self._llm_stopped = True
+            self.events("llm_budget_spent", **self.steering.budget.status())
+
+    def _note_failure(self, task: str, island: int, operator: str, status: str, reason: str) -> None:
+        recent = self._failures.setdefault((task, island), deque(maxlen=self.settings.failures_shown))
+        recent.append({"operator": operator, "status": status, "reason": reason.splitlines()[0][:300]
+                       if reason else ""})
 
     def _on_proposal(self, future: Future, island: int, task: str, parent: Program,
-                     inspirations: list[Program]) -> None:
+                     inspirations: list[Program], model: str | None) -> None:
         try:
             proposal: Proposal = future.result()
         except Exception as exc:  # the island actor died; it is restarted by the backend
             proposal = Proposal("unknown", None, f"island {island} failed: {type(exc).__name__}: {exc}")
+        if self.steering is not None:
+            self.steering.finish(model, proposal.llm_calls)
+            model = proposal.llm_calls[-1]["model"] if proposal.llm_calls else None
         failure = proposal.note if proposal.source is None else None
         if failure is None:
             source_hash = proposal.source_hash or normalized_hash(proposal.source)
@@ -163,8 +202,14 @@ class Controller:
                 source_hash=source_hash, descriptors=proposal.descriptors)
             program_id = program.id
             self._enqueue(program)
+            if model is not None:
+                self._llm_children[program.id] = (model, parent.fitness)
         else:
             self.failed_in_a_row += 1
+            if model is not None:
+                self.steering.ensemble.reward(model, False)
+            if proposal.operator != "none" and not failure.startswith("duplicate"):
+                self._note_failure(task, island, proposal.operator, "no child", failure)
             self.events("proposal_failed", task=task, island=island, operator=proposal.operator, reason=failure)
         self.archive.record_llm_calls(proposal.llm_calls, task=task, island=island,
                                       operator=proposal.operator, program_id=program_id)
@@ -181,6 +226,8 @@ class Controller:
             self.hardware = result.device
         if insert is not Insert.NOT_ADDED:
             self._ready.add(program.task)
+        if program.operator != "seed":
+            self._learn(program, result, insert)
         if program.operator == "seed":
             for island in range(1, self.backend.island_count):  # every island starts from the seeds
                 self.archive.migrate(program.task, 0, island, count=1 << 30)
@@ -192,6 +239,23 @@ class Controller:
                 self._record_stats()
         self.events("evaluated", program=program, result=result, insert=insert.value,
                     children_done=self.children_done)
+
+    def _learn(self, program: Program, result: EvalResult, insert: Insert) -> None:
+        """Feed an evaluated child back: the bandit's reward, the island's failures, a repair."""
+        model, parent_fitness = self._llm_children.pop(program.id, (None, None))
+        if model is not None:
+            improved = insert is not Insert.NOT_ADDED or (
+                result.correct and result.speedup is not None and (parent_fitness is None
+                                                                   or result.speedup > parent_fitness))
+            self.steering.ensemble.reward(model, improved)
+        if result.correct:
+            return
+        self._note_failure(program.task, program.island, program.operator, result.status.value, result.reason)
+        steering = self.steering
+        if (steering is not None and steering.repair_probability > 0 and program.operator != LLMRepair.name
+                and self.rng.random() < steering.repair_probability):
+            program.result = result
+            self._repairs.append(program)
 
     def _record_stats(self) -> None:
         for task in self.tasks:

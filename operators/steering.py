@@ -77,6 +77,13 @@ class LLMBudget:
         self.spent_calls += 1
         self._max_usd, self._max_tokens = max(self._max_usd, usd), max(self._max_tokens, tokens)
 
+    def resume(self, spend: dict) -> None:
+        """Count what earlier sessions of the run spent (``Archive.llm_spend``: its calls are attempts,
+        so a resumed run counts retried requests more than once, never less)."""
+        self.spent_usd += float(spend.get("cost_usd", 0.0))
+        self.spent_calls += int(spend.get("calls", 0))
+        self.spent_tokens += int(spend.get("tokens", 0))
+
     def status(self) -> dict:
         return {"usd": round(self.spent_usd, 6), "tokens": self.spent_tokens, "calls": self.spent_calls,
                 "limits": {"usd": self.usd, "tokens": self.tokens, "calls": self.calls}}
