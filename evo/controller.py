@@ -12,6 +12,7 @@ of failed children (at most one attempt each, with a set probability).
 from __future__ import annotations
 
 import itertools
+import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
@@ -82,6 +83,8 @@ class Controller:
         self._failures: dict[tuple[str, int], deque[dict]] = {}  # (task, island) -> recent failures
         self._llm_children: dict[int, tuple[str, float | None]] = {}  # program id -> (model, parent fitness)
         self._llm_stopped = False
+        self._started: dict[Future, float] = {}  # when each proposal or evaluation was submitted
+        self._seconds = {"proposal": 0.0, "evaluation": 0.0}  # moving averages of their durations
         self._evaluations: dict[Future, tuple[int, Program]] = {}
         self._idle = deque(range(backend.evaluator_count))
         self._in_flight_hashes: set[tuple[str, str]] = set()
@@ -123,8 +126,10 @@ class Controller:
             done, _ = wait([*self._proposals, *self._evaluations], return_when=FIRST_COMPLETED)
             for future in done:
                 if future in self._proposals:
+                    self._timed(future, "proposal")
                     self._on_proposal(future, *self._proposals.pop(future))
                 else:
+                    self._timed(future, "evaluation")
                     self._on_evaluation(future, *self._evaluations.pop(future))
             if self.failed_in_a_row >= self.settings.max_failed_proposals and not stalled:
                 stalled = True
@@ -138,10 +143,11 @@ class Controller:
             task = self.tasks[program.task]
             future = self.backend.evaluate(worker, task.name, task.source, program.source)
             self._evaluations[future] = (worker, program)
+            self._started[future] = time.monotonic()
 
     def _start_proposals(self) -> None:
         limit = self.settings.proposals_per_island * self.backend.island_count
-        backlog = 2 * self.backend.evaluator_count  # back-pressure: don't outrun the evaluators
+        backlog = self._backlog()
         for _ in range(limit):
             if (len(self._proposals) >= limit or len(self._queue) >= backlog or not self._ready
                     or self._committed() >= self.settings.budget_evaluations):
@@ -167,6 +173,22 @@ class Controller:
                               llm_allowed=self.steering is None or model is not None, repair=repair)
             future = self.backend.propose(island, context)
             self._proposals[future] = (island, task_name, parent, inspirations, model)
+            self._started[future] = time.monotonic()
+
+    def _backlog(self) -> int:
+        """Back-pressure: children may wait for an evaluator as long as the evaluators drain them
+        before a proposal started now comes back (at least two per evaluator)."""
+        workers = self.backend.evaluator_count
+        proposal_s, evaluation_s = self._seconds["proposal"], self._seconds["evaluation"]
+        if proposal_s and evaluation_s:
+            return max(2 * workers, int(workers * proposal_s / evaluation_s))
+        return 2 * workers
+
+    def _timed(self, future: Future, kind: str) -> None:
+        started = self._started.pop(future, None)
+        if started is not None:
+            seconds, average = time.monotonic() - started, self._seconds[kind]
+            self._seconds[kind] = seconds if not average else 0.8 * average + 0.2 * seconds
 
     def _llm_budget_spent(self) -> None:
         if self.steering.budget.exhausted and not self._llm_stopped:
@@ -198,7 +220,8 @@ class Controller:
             self.failed_in_a_row = 0
             program = self.archive.add_program(
                 task=task, island=island, generation=parent.generation + 1, operator=proposal.operator,
-                source=proposal.source, parent_ids=(parent.id,), inspiration_ids=[p.id for p in inspirations],
+                source=proposal.source, parent_ids=(parent.id, *proposal.mates),
+                inspiration_ids=[p.id for p in inspirations if p.id not in proposal.mates],
                 source_hash=source_hash, descriptors=proposal.descriptors)
             program_id = program.id
             self._enqueue(program)

@@ -33,6 +33,7 @@ class Proposal:
     source: str | None
     note: str = ""
     llm_calls: list[dict] = field(default_factory=list)  # model, tokens, cost, latency, error
+    mates: tuple[int, ...] = ()  # ids of the other parents of a crossover child
     source_hash: str = ""  # filled in by the island that made the proposal
     descriptors: dict[str, str] = field(default_factory=dict)
 

@@ -47,5 +47,5 @@ class ParameterCrossover(Operator):
             take[int(rng.integers(len(differing)))] = True
             changes = {t: v for (t, v), keep in zip(differing, take) if keep}
             note = f"from program {mate.id}: " + ", ".join(f"{t.name} {t.value}->{v}" for t, v in changes.items())
-            return Proposal(self.name, with_values(context.parent.source, changes), note)
+            return Proposal(self.name, with_values(context.parent.source, changes), note, mates=(mate.id,))
         return Proposal(self.name, None, "no other elite sets the parent's tunable constants differently")

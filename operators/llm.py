@@ -51,7 +51,7 @@ class LLMOperator(Operator):
         if reply.text is None:
             return Proposal(self.name, None, f"LLM call failed: {reply.error}", calls)
         source, why = self.child(context, reply.text)
-        return Proposal(self.name, source, why, calls)
+        return Proposal(self.name, source, why, calls, mates=tuple(p.id for p in extra.values()))
 
 
 class LLMMutation(LLMOperator):

@@ -17,6 +17,7 @@ part of the config, the archive or the logs (error texts are scrubbed of it).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import threading
@@ -42,6 +43,7 @@ def _event_loop() -> asyncio.AbstractEventLoop:
             import litellm
 
             litellm.suppress_debug_info = True
+            logging.getLogger("LiteLLM").setLevel(logging.ERROR)  # no per-call chatter on our console
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="evo-llm", daemon=True).start()
             _LOOP = loop
@@ -133,6 +135,7 @@ class LLMClient:
         self.max_in_flight = max_in_flight
         self.max_reply_chars = max_reply_chars
         self.prices = {k: list(v) for k, v in (prices or {}).items()}
+        self._unpriced: set[str] = set()  # models litellm has no price for
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._semaphore: asyncio.Semaphore | None = None
@@ -174,6 +177,7 @@ class LLMClient:
         with self._lock:
             if self._loop is None:
                 self._loop = _event_loop()
+                self._register_prices()
                 self._semaphore = asyncio.Semaphore(self.max_in_flight)  # binds to the loop on first use
             return self._loop
 
@@ -216,11 +220,12 @@ class LLMClient:
                 model=model, messages=messages, api_base=self.api_base, api_key=key,
                 temperature=self.temperature, max_tokens=max_tokens or self.max_tokens,
                 timeout=self.timeout_s, num_retries=0, max_retries=0,
-            ), timeout=self.timeout_s + 1.0)
+            ), timeout=2 * self.timeout_s + 10)  # a backstop: litellm's own timeout comes first; the
+            # first requests of a process also wait for litellm to import its provider modules
         except Exception as exc:  # litellm maps every provider failure to its own exception types
             latency = time.monotonic() - start
             if isinstance(exc, asyncio.TimeoutError):
-                error = f"Timeout: no reply within llm.timeout_s={self.timeout_s:g}"
+                error = f"Timeout: no reply within twice llm.timeout_s={self.timeout_s:g}"
             else:
                 first = str(exc).splitlines()[0][:300] if str(exc) else ""
                 error = f"{type(exc).__name__}: {first}"
@@ -253,15 +258,31 @@ class LLMClient:
                               completion_tokens=completion_tokens, cost_usd=cost, latency=latency, error=error)
         return Reply(None if error else text, model, finish, error, [record])
 
+    def _register_prices(self) -> None:
+        """Teach litellm our prices, so that its own accounting of each call uses them too."""
+        if not self.prices:
+            return
+        import litellm
+
+        litellm.register_model({model: {"input_cost_per_token": price[0] / 1e6, "output_cost_per_token": price[1] / 1e6,
+                                        "litellm_provider": model.split("/", 1)[0] if "/" in model else "openai",
+                                        "mode": "chat"} for model, price in self.prices.items()})
+
     def _cost(self, model: str, response, prompt_tokens: int, completion_tokens: int) -> float:
         if model in self.prices:
             per_input, per_output = self.prices[model]
             return (prompt_tokens * per_input + completion_tokens * per_output) / 1e6
+        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+        if cost is not None:  # litellm priced it already, while logging the call
+            return float(cost)
+        if model in self._unpriced:
+            return 0.0
         import litellm
 
         try:
             return float(litellm.completion_cost(completion_response=response) or 0.0)
         except Exception:  # models missing from litellm's price list cost what we cannot know
+            self._unpriced.add(model)
             return 0.0
 
     @staticmethod

@@ -73,10 +73,12 @@ class ScriptedLLMServer:
                 self.wfile.write(data)
 
             protocol_version = "HTTP/1.1"  # keep-alive, as real endpoints do
+            disable_nagle_algorithm = True  # headers and body go out in two writes
 
             def log_message(self, *args):
                 pass
 
+        ThreadingHTTPServer.request_queue_size = 128  # many clients connect at once
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.handle_error = lambda *args: None  # a client that timed out closed its connection
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)

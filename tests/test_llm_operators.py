@@ -101,7 +101,7 @@ def test_diff_rewrite_and_crossover_make_children_through_a_server(builtin_tasks
     other = program(task, pid=5, descriptors={"memory": "tiled"}, source=task.seeds[0] + "\nZ = 1\n")
     ctx = make_context(task, inspirations=[other])
     proposal = op.propose(ctx, rng)
-    assert proposal.source and "Z = 1" in proposal.llm_calls[0]["prompt"]
+    assert proposal.source and "Z = 1" in proposal.llm_calls[0]["prompt"] and proposal.mates == (5,)
 
 
 def test_repair_needs_a_failed_child(builtin_tasks, server):
@@ -129,6 +129,7 @@ def test_parameter_crossover_takes_values_from_another_elite(builtin_tasks):
         values = {t.name: t.value for t in find_tunables(proposal.source)}
         assert values["NUM_STAGES"] == 1 and (values["BLOCK_SIZE"], values["NUM_WARPS"]) != (256, 4)
         seen.add((values["BLOCK_SIZE"], values["NUM_WARPS"]))
+        assert proposal.mates == (9,)
     assert len(seen) == 3
     ctx.inspirations = [program(task, pid=9)]
     assert "no other elite" in op.propose(ctx, np.random.default_rng(0)).note

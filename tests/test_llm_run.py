@@ -12,7 +12,8 @@ from archive.models import LLMCallRow, ProgramRow
 from evo.controller import Controller, RunSettings
 from evo.progress import RunEvents
 from islands import Island, LocalBackend, MigrationSettings
-from operators import LLMBudget, LLMClient, LLMDiff, LLMMutation, LLMRepair, LLMSteering, TunableConstantMutation
+from operators import (LLMBudget, LLMClient, LLMCrossover, LLMDiff, LLMMutation, LLMRepair, LLMSteering,
+                       TunableConstantMutation)
 from tests.llm_server import Faults, ScriptedLLMServer, TrivialEvaluator, Variants
 
 
@@ -20,7 +21,7 @@ def run(tmp_path, tasks, server, *, budget, models=("openai/scripted",), llm_bud
         offline=False, failing=False, per_island=4, **client_kw):
     client = LLMClient(model=list(models), api_base=server.api_base, timeout_s=1, retries=1, backoff_s=0.01,
                        **client_kw)
-    operators, weights = [LLMDiff(client=client), LLMMutation(client=client)], [1.0, 1.0]
+    operators, weights = [LLMDiff(client=client), LLMMutation(client=client), LLMCrossover(client=client)], [1, 1, 1]
     if offline:
         operators.append(TunableConstantMutation()), weights.append(1.0)
     if repair:
@@ -72,6 +73,8 @@ def test_a_run_through_every_fault_completes_its_budget_and_records_every_failur
     stats = controller.steering.ensemble.stats
     assert sum(s.children for s in stats.values()) >= 24 and sum(s.improvements for s in stats.values()) > 0
     assert controller.steering.budget.in_flight == 0
+    crossed = [archive.get(r.id) for r in rows(archive, ProgramRow) if r.operator == "llm_crossover"]
+    assert crossed and all(len(p.parent_ids) == 2 for p in crossed)
 
 
 def test_the_call_budget_stops_proposing_cleanly_counting_requests_in_flight(tmp_path, builtin_tasks):
@@ -115,3 +118,22 @@ def test_failed_children_get_at_most_one_repair(tmp_path, builtin_tasks):
         assert repair.result is None or repair.result.correct  # repaired: two VARIANT lines
     prompts = [r.prompt for r in rows(archive, LLMCallRow) if r.operator == "llm_repair"]
     assert prompts and all("does not compile" in p and "CompilationError" in p for p in prompts)
+
+
+def test_the_api_key_reaches_the_endpoint_but_not_the_database_or_the_events(tmp_path, builtin_tasks, monkeypatch):
+    key = "sk-evo-test-4c1d9e"
+    monkeypatch.setenv("EVO_TEST_KEY", key)
+    seen = []
+    variants = Variants()
+
+    def reply(request):
+        seen.append(request)
+        return variants(request)
+
+    with ScriptedLLMServer(reply) as server:
+        archive, _ = run(tmp_path, [builtin_tasks["gelu"]], server, budget=4, api_key_env="EVO_TEST_KEY")
+    archive.close()
+    assert seen and archive.child_evaluation_count() == 4
+    for path in tmp_path.iterdir():
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path.name
