@@ -34,6 +34,7 @@ class LLMBudget:
     in_flight: int = 0
     _max_usd: float = 0.0
     _max_tokens: int = 0
+    _measured: int = 0  # requests finished in this session
 
     def __post_init__(self):
         for name in ("usd", "tokens", "calls"):
@@ -53,7 +54,7 @@ class LLMBudget:
                                    (self.tokens, self.spent_tokens, self._max_tokens)):
             if limit is None:
                 continue
-            if spent >= limit or (most == 0 and self.in_flight > 0) or spent + pending * most > limit:
+            if spent >= limit or (not self._measured and self.in_flight > 0) or spent + pending * most > limit:
                 return False
         return True
 
@@ -75,6 +76,7 @@ class LLMBudget:
         self.spent_usd += usd
         self.spent_tokens += tokens
         self.spent_calls += 1
+        self._measured += 1
         self._max_usd, self._max_tokens = max(self._max_usd, usd), max(self._max_tokens, tokens)
 
     def resume(self, spend: dict) -> None:

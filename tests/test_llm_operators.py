@@ -150,6 +150,11 @@ def test_budget_counts_requests_in_flight():
     assert usd.can_start()
     usd.start(), usd.start()
     assert not usd.can_start(), "0.03 spent + 3 in flight at 0.03 each > 0.1"
+    free = LLMBudget(usd=1.0)
+    free.start()
+    free.finish([{"cost_usd": 0.0}])
+    free.start(), free.start()
+    assert free.can_start(), "a free model runs many requests at once under a dollar budget"
     resumed = LLMBudget(calls=5)
     resumed.resume({"calls": 5, "cost_usd": 0.2, "errors": 1})
     assert resumed.exhausted and resumed.spent_usd == 0.2
