@@ -39,6 +39,14 @@ def test_constant_mutation_is_reproducible(builtin_tasks):
     assert a == b
 
 
+def test_constant_mutation_moves_grid_shape_constants_by_powers_of_two(builtin_tasks):
+    ctx = context(builtin_tasks)
+    ctx.parent.source = "ROWS_PER_PROGRAM = 4\n"
+    rng = np.random.default_rng(0)
+    values = {TunableConstantMutation().propose(ctx, rng).source for _ in range(40)}
+    assert values == {f"ROWS_PER_PROGRAM = {v}\n" for v in (1, 2, 8, 16)}
+
+
 def test_constant_mutation_without_tunables_makes_no_child(builtin_tasks):
     ctx = context(builtin_tasks)
     ctx.parent.source = "class ModelNew:\n    pass\n"
