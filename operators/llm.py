@@ -50,7 +50,10 @@ class LLMOperator(Operator):
         calls = [dict(call, prompt=prompt) for call in reply.calls]
         if reply.text is None:
             return Proposal(self.name, None, f"LLM call failed: {reply.error}", calls)
-        source, why = self.child(context, reply.text)
+        try:
+            source, why = self.child(context, reply.text)
+        except Exception as exc:  # a reply no rule foresaw: the calls it cost are still accounted
+            source, why = None, f"the reply could not be used: {type(exc).__name__}: {exc}"
         return Proposal(self.name, source, why, calls, mates=tuple(p.id for p in extra.values()))
 
 
