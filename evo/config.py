@@ -24,6 +24,7 @@ from islands.migration import MigrationSettings
 from islands.ray_backend import RaySettings
 from operators.base import Operator
 from operators.llm_client import LLMClient
+from operators.steering import LLMSteering
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Components:
     operators: list[Operator]
     weights: list[float]
     llm: LLMClient | None
+    steering: LLMSteering | None
     ray: RaySettings
     backend: str
     archive_url: str
@@ -68,15 +70,34 @@ def _operators(cfg: DictConfig, llm: LLMClient | None) -> tuple[list[Operator], 
                 raise ConfigError(f"operators.{name} is partial but is not an LLM operator")
             if llm is None:
                 continue  # LLM operators are enabled by setting llm.model
-            built = built(client=llm)
+            try:
+                built = built(client=llm)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"invalid operators.{name} config: {exc}") from None
         if not isinstance(built, Operator):
             raise ConfigError(f"operators.{name} builds {type(built).__name__}, not an Operator")
-        if float(entry.weight) > 0:
+        if built.repairs:  # scheduled by the run loop with its probability, never drawn by weight
+            if float(entry.weight) != 0:
+                raise ConfigError(f"operators.{name} repairs failed children: set its probability, not a weight")
+            if built.probability > 0:
+                operators.append(built)
+                weights.append(0.0)
+        elif float(entry.weight) > 0:
             operators.append(built)
             weights.append(float(entry.weight))
-    if not operators:
+    if not any(weights):
         raise ConfigError("no operator is enabled: give one a positive weight, or set llm.model")
     return operators, weights
+
+
+def _steering(cfg: DictConfig, llm: LLMClient | None, operators: list[Operator],
+              weights: list[float]) -> LLMSteering | None:
+    if llm is None:
+        return None
+    budget = instantiate_node(cfg.llm.budget, "llm.budget")
+    repair = next((op.probability for op in operators if op.repairs), 0.0)
+    offline = any(w > 0 and not op.needs_llm for op, w in zip(operators, weights))
+    return LLMSteering(models=llm.models, budget=budget, repair_probability=repair, offline_operators=offline)
 
 
 def build(cfg: DictConfig) -> Components:
@@ -93,7 +114,8 @@ def build(cfg: DictConfig) -> Components:
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    llm = instantiate_node(cfg.llm, "llm") if cfg.llm.model else None
+    client = OmegaConf.masked_copy(cfg.llm, [k for k in cfg.llm if k != "budget"])
+    llm = instantiate_node(client, "llm") if cfg.llm.model else None
     operators, weights = _operators(cfg, llm)
     url = cfg.archive.url or f"sqlite:///{Path(run_dir).resolve() / 'archive.db'}"
     cvt_cells = int(cfg.archive.cvt_cells)
@@ -102,8 +124,8 @@ def build(cfg: DictConfig) -> Components:
     return Components(
         tasks=instantiate_node(cfg.task, "task"), run=run, evaluator=instantiate_node(cfg.evaluator, "evaluator"),
         island_count=int(cfg.islands.count), migration=instantiate_node(cfg.islands.migration, "islands.migration"),
-        operators=operators, weights=weights, llm=llm, ray=instantiate_node(cfg.ray, "ray"),
-        backend=str(cfg.run.backend), archive_url=url,
+        operators=operators, weights=weights, llm=llm, steering=_steering(cfg, llm, operators, weights),
+        ray=instantiate_node(cfg.ray, "ray"), backend=str(cfg.run.backend), archive_url=url,
         descriptors=by_names(cfg.archive.descriptors, continuous=cvt_cells > 0),
         selection=instantiate_node(cfg.selection, "selection"),
         inspiration=instantiate_node(cfg.inspiration, "inspiration"), cvt_cells=cvt_cells,

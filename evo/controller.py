@@ -3,11 +3,17 @@
 Proposals (island actors) and evaluations (evaluator workers) run
 concurrently through the backend's futures; this loop alone writes to the
 archive, so every state change is one transaction from one writer.
+
+With LLM operators, an :class:`operators.steering.LLMSteering` picks each
+proposal's model and holds the budgets (proposing stops cleanly when they
+are spent), learns from which children improved, and schedules the repair
+of failed children (at most one attempt each, with a set probability).
 """
 from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
@@ -24,6 +30,8 @@ from evo.selection import Selection, Uniform
 from evo.task import Task
 from islands.migration import MigrationSettings, ring
 from operators.base import Context, Proposal
+from operators.llm import LLMRepair
+from operators.steering import LLMSteering
 
 Events = Callable[..., None]
 RNG_META = "rng.controller"  # the run loop's RNG state, saved with every program and evaluation it led to
@@ -42,6 +50,7 @@ class RunSettings:
     inspirations: int = 2
     max_failed_proposals: int = 200  # in a row, before the run stops proposing
     stats_interval: int = 8  # child evaluations between entries of the QD statistics history
+    failures_shown: int = 5  # recent failures on an island shown to LLM operators
 
     def __post_init__(self):
         if self.budget_evaluations < 0:
@@ -55,7 +64,8 @@ class RunSettings:
 class Controller:
     def __init__(self, *, settings: RunSettings, tasks: list[Task], archive: Archive, backend,
                  migration: MigrationSettings, events: Events = _no_events, resume_count: int = 0,
-                 selection: Selection | None = None, inspiration: Inspiration | None = None):
+                 selection: Selection | None = None, inspiration: Inspiration | None = None,
+                 steering: LLMSteering | None = None):
         self.settings = settings
         self.tasks = {t.name: t for t in tasks}
         self.archive = archive
@@ -64,6 +74,7 @@ class Controller:
         self.selection = selection or Uniform()
         self.inspiration = inspiration or BestThenRandom()
         self.events = events
+        self.steering = steering
         self.rng = np.random.default_rng([settings.seed, 1_000_003, resume_count])
         self.hardware = ""
         self.children_done = 0
@@ -72,7 +83,13 @@ class Controller:
         self._island_cycle = itertools.cycle(range(backend.island_count))
         self._ready: set[str] = set()  # tasks with at least one elite
         self._queue: deque[Program] = deque()
-        self._proposals: dict[Future, tuple[int, str, Program, list[Program]]] = {}
+        self._proposals: dict[Future, tuple[int, str, Program, list[Program], str | None]] = {}
+        self._repairs: deque[Program] = deque()  # failed children waiting for their one repair attempt
+        self._failures: dict[tuple[str, int], deque[dict]] = {}  # (task, island) -> recent failures
+        self._llm_children: dict[int, tuple[str, float | None]] = {}  # program id -> (model, parent fitness)
+        self._llm_stopped = False
+        self._started: dict[Future, float] = {}  # when each proposal or evaluation was submitted
+        self._seconds = {"proposal": 0.0, "evaluation": 0.0}  # moving averages of their durations
         self._evaluations: dict[Future, tuple[int, Program]] = {}
         self._idle = deque(range(backend.evaluator_count))
         self._in_flight_hashes: set[tuple[str, str]] = set()
@@ -120,8 +137,10 @@ class Controller:
             done, _ = wait([*self._proposals, *self._evaluations], return_when=FIRST_COMPLETED)
             for future in done:
                 if future in self._proposals:
+                    self._timed(future, "proposal")
                     self._on_proposal(future, *self._proposals.pop(future))
                 else:
+                    self._timed(future, "evaluation")
                     self._on_evaluation(future, *self._evaluations.pop(future))
             if self.failed_in_a_row >= self.settings.max_failed_proposals and not stalled:
                 stalled = True
@@ -135,30 +154,73 @@ class Controller:
             task = self.tasks[program.task]
             future = self.backend.evaluate(worker, task.name, task.source, program.source)
             self._evaluations[future] = (worker, program)
+            self._started[future] = time.monotonic()
 
     def _start_proposals(self) -> None:
         limit = self.settings.proposals_per_island * self.backend.island_count
-        backlog = 2 * self.backend.evaluator_count  # back-pressure: don't outrun the evaluators
+        backlog = self._backlog()
         for _ in range(limit):
             if (len(self._proposals) >= limit or len(self._queue) >= backlog or not self._ready
                     or self._committed() >= self.settings.budget_evaluations):
                 return
-            island = next(self._island_cycle)
-            task_name = next(t for t in self._task_cycle[island] if t in self._ready)
-            parent = self.archive.sample_parent(task_name, island, self.rng, self.selection)
-            inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations, self.rng,
-                                                     self.inspiration)
+            model = None
+            if self.steering is not None:
+                model = self.steering.begin(self.rng)
+                if model is None and not self.steering.offline_operators:
+                    self._llm_budget_spent()
+                    return  # wait for requests in flight; the run ends when nothing is left
+            if self._repairs and model is not None:
+                parent, repair = self._repairs.popleft(), True
+                island, task_name, inspirations = parent.island, parent.task, []
+            else:
+                repair, island = False, next(self._island_cycle)
+                task_name = next(t for t in self._task_cycle[island] if t in self._ready)
+                parent = self.archive.sample_parent(task_name, island, self.rng, self.selection)
+                inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations,
+                                                         self.rng, self.inspiration)
             task = self.tasks[task_name]
             context = Context(task_name=task.name, task_source=task.source, parent=parent,
-                              inspirations=inspirations, hardware=self.hardware)
-            self._proposals[self.backend.propose(island, context)] = (island, task_name, parent, inspirations)
+                              inspirations=inspirations, hardware=self.hardware,
+                              failures=list(self._failures.get((task_name, island), ())), model=model,
+                              llm_allowed=self.steering is None or model is not None, repair=repair)
+            future = self.backend.propose(island, context)
+            self._proposals[future] = (island, task_name, parent, inspirations, model)
+            self._started[future] = time.monotonic()
+
+    def _backlog(self) -> int:
+        """Back-pressure: children may wait for an evaluator as long as the evaluators drain them
+        before a proposal started now comes back (at least two per evaluator)."""
+        workers = self.backend.evaluator_count
+        proposal_s, evaluation_s = self._seconds["proposal"], self._seconds["evaluation"]
+        if proposal_s and evaluation_s:
+            return max(2 * workers, int(workers * proposal_s / evaluation_s))
+        return 2 * workers
+
+    def _timed(self, future: Future, kind: str) -> None:
+        started = self._started.pop(future, None)
+        if started is not None:
+            seconds, average = time.monotonic() - started, self._seconds[kind]
+            self._seconds[kind] = seconds if not average else 0.8 * average + 0.2 * seconds
+
+    def _llm_budget_spent(self) -> None:
+        if self.steering.budget.exhausted and not self._llm_stopped:
+            self._llm_stopped = True
+            self.events("llm_budget_spent", **self.steering.budget.status())
+
+    def _note_failure(self, task: str, island: int, operator: str, status: str, reason: str) -> None:
+        recent = self._failures.setdefault((task, island), deque(maxlen=self.settings.failures_shown))
+        recent.append({"operator": operator, "status": status, "reason": reason.splitlines()[0][:300]
+                       if reason else ""})
 
     def _on_proposal(self, future: Future, island: int, task: str, parent: Program,
-                     inspirations: list[Program]) -> None:
+                     inspirations: list[Program], model: str | None) -> None:
         try:
             proposal: Proposal = future.result()
         except Exception as exc:  # the island actor died; it is restarted by the backend
             proposal = Proposal("unknown", None, f"island {island} failed: {type(exc).__name__}: {exc}")
+        if self.steering is not None:
+            self.steering.finish(model, proposal.llm_calls)
+            model = proposal.llm_calls[-1]["model"] if proposal.llm_calls else None
         failure = proposal.note if proposal.source is None else None
         if failure is None:
             source_hash = proposal.source_hash or normalized_hash(proposal.source)
@@ -170,12 +232,19 @@ class Controller:
             self.failed_in_a_row = 0
             program = self.archive.add_program(
                 task=task, island=island, generation=parent.generation + 1, operator=proposal.operator,
-                source=proposal.source, parent_ids=(parent.id,), inspiration_ids=[p.id for p in inspirations],
+                source=proposal.source, parent_ids=(parent.id, *proposal.mates),
+                inspiration_ids=[p.id for p in inspirations if p.id not in proposal.mates],
                 source_hash=source_hash, descriptors=proposal.descriptors, meta=self._rng_meta())
             program_id = program.id
             self._enqueue(program)
+            if model is not None:
+                self._llm_children[program.id] = (model, parent.fitness)
         else:
             self.failed_in_a_row += 1
+            if model is not None:
+                self.steering.ensemble.reward(model, False)
+            if proposal.operator != "none" and not failure.startswith("duplicate"):
+                self._note_failure(task, island, proposal.operator, "no child", failure)
             self.events("proposal_failed", task=task, island=island, operator=proposal.operator, reason=failure)
         self.archive.record_llm_calls(proposal.llm_calls, task=task, island=island,
                                       operator=proposal.operator, program_id=program_id)
@@ -192,6 +261,8 @@ class Controller:
             self.hardware = result.device
         if insert is not Insert.NOT_ADDED:
             self._ready.add(program.task)
+        if program.operator != "seed":
+            self._learn(program, result, insert)
         if program.operator == "seed":
             for island in range(1, self.backend.island_count):  # every island starts from the seeds
                 self.archive.migrate(program.task, 0, island, count=1 << 30)
@@ -203,6 +274,23 @@ class Controller:
                 self._record_stats()
         self.events("evaluated", program=program, result=result, insert=insert.value,
                     children_done=self.children_done)
+
+    def _learn(self, program: Program, result: EvalResult, insert: Insert) -> None:
+        """Feed an evaluated child back: the bandit's reward, the island's failures, a repair."""
+        model, parent_fitness = self._llm_children.pop(program.id, (None, None))
+        if model is not None:
+            improved = insert is not Insert.NOT_ADDED or (
+                result.correct and result.speedup is not None and (parent_fitness is None
+                                                                   or result.speedup > parent_fitness))
+            self.steering.ensemble.reward(model, improved)
+        if result.correct:
+            return
+        self._note_failure(program.task, program.island, program.operator, result.status.value, result.reason)
+        steering = self.steering
+        if (steering is not None and steering.repair_probability > 0 and program.operator != LLMRepair.name
+                and self.rng.random() < steering.repair_probability):
+            program.result = result
+            self._repairs.append(program)
 
     def _record_stats(self) -> None:
         for task in self.tasks:

@@ -3,7 +3,8 @@
 Tunable constants are integer literals a kernel engineer would sweep: the
 module-level ``BLOCK_SIZE = 256`` / ``NUM_WARPS = 4`` / ``NUM_STAGES = 2``
 assignments of our seed kernels, and literal ``num_warps=``/``num_stages=``/
-``BLOCK_*=`` keyword arguments at kernel launches.  The offline mutation
+``BLOCK_*=`` keyword arguments at kernel launches; grid shape constants
+(``ROWS_PER_PROGRAM = 4``, ``NUM_PROGRAMS``, ``PROGRAMS_PER_SM``, ``GRID_*``).  The offline mutation
 operator rewrites them and the archive's descriptors bucket them.
 """
 from __future__ import annotations
@@ -17,11 +18,12 @@ _KINDS = (
     ("warps", re.compile(r"^(NUM_WARPS|num_warps|[A-Z0-9_]*_WARPS)$")),
     ("stages", re.compile(r"^(NUM_STAGES|num_stages|[A-Z0-9_]*_STAGES)$")),
     ("group", re.compile(r"^(GROUP_SIZE[A-Z0-9_]*|GROUP_[MN])$")),
+    ("grid", re.compile(r"^([A-Z0-9_]+_PER_PROGRAM|NUM_PROGRAMS|PROGRAMS_PER_SM|GRID_[A-Z0-9_]+)$")),
     ("block", re.compile(r"^(BLOCK[A-Z0-9_]*|[A-Z0-9_]*_BLOCK[A-Z0-9_]*|TILE[A-Z0-9_]*)$")),
 )
 
 # Allowed values per kind: powers of two except for pipeline stages.
-RANGES = {"block": (16, 8192), "warps": (1, 32), "stages": (1, 6), "group": (1, 16)}
+RANGES = {"block": (16, 8192), "warps": (1, 32), "stages": (1, 6), "group": (1, 16), "grid": (1, 1024)}
 
 
 @dataclass(frozen=True)

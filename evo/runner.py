@@ -101,11 +101,11 @@ def _make_backend(c: Components, device: str, gpus: int, resume_count: int):
     islands = [Island(i, c.operators, c.weights, c.run.seed, resume_count, c.descriptors)
                for i in range(c.island_count)]
     if c.backend == "local":
-        return LocalBackend(
-            islands, lambda i: Evaluator(c.evaluator, device, i if device == "cuda" else None), workers)
+        return LocalBackend(islands, lambda i: Evaluator(c.evaluator, device, i if device == "cuda" else None),
+                            workers, c.run.proposals_per_island)
     from islands.ray_backend import RayBackend
 
-    return RayBackend(c.ray, islands, c.evaluator, device, workers)
+    return RayBackend(c.ray, islands, c.evaluator, device, workers, c.run.proposals_per_island)
 
 
 def run_search(c: Components, config_yaml: str, console: Console | None = None) -> list[dict]:
@@ -160,10 +160,12 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
             events("placement", **placement)
             console.print(f"Ray: {placement['nodes']} nodes; islands on {len(set(placement['islands']))}, "
                           f"evaluators on {len(set(placement['evaluators']))}")
+        if c.steering is not None:
+            c.steering.budget.resume(archive.llm_spend())  # budgets span the whole run, resumes included
         try:
             Controller(settings=c.run, tasks=c.tasks, archive=archive, backend=backend, migration=c.migration,
                        events=events, resume_count=resume_count, selection=c.selection,
-                       inspiration=c.inspiration).run()
+                       inspiration=c.inspiration, steering=c.steering).run()
         except ArchiveError as exc:
             raise ArchiveError(f"{exc}; every committed change is kept: run `evo run run.dir={run_dir}` "
                                "again to continue") from None

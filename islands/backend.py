@@ -17,10 +17,14 @@ from operators.base import Context, Proposal
 class LocalBackend:
     """Islands and evaluators as plain objects driven by a thread pool."""
 
-    def __init__(self, islands: list[Island], make_evaluator: Callable[[int], Evaluator], evaluators: int):
+    def __init__(self, islands: list[Island], make_evaluator: Callable[[int], Evaluator], evaluators: int,
+                 proposals_per_island: int = 1):
         self.islands = islands
         self.evaluators = [make_evaluator(i) for i in range(evaluators)]
-        self._pool = ThreadPoolExecutor(max_workers=len(islands) + evaluators, thread_name_prefix="evo")
+        # Proposals mostly wait on LLM replies: one thread for each proposal the run loop keeps in flight.
+        self._proposal_pool = ThreadPoolExecutor(max_workers=len(islands) * max(1, proposals_per_island),
+                                                 thread_name_prefix="evo-propose")
+        self._pool = ThreadPoolExecutor(max_workers=evaluators, thread_name_prefix="evo-eval")
 
     @property
     def island_count(self) -> int:
@@ -31,7 +35,7 @@ class LocalBackend:
         return len(self.evaluators)
 
     def propose(self, island: int, context: Context) -> Future[Proposal]:
-        return self._pool.submit(self.islands[island].propose, context)
+        return self._proposal_pool.submit(self.islands[island].propose, context)
 
     def evaluate(self, worker: int, task_name: str, task_source: str, source: str) -> Future[EvalResult]:
         return self._pool.submit(self.evaluators[worker].evaluate, task_name, task_source, source)
@@ -40,6 +44,7 @@ class LocalBackend:
         return self.evaluators[0].check_task(task_name, task_source)
 
     def close(self) -> None:
+        self._proposal_pool.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=True)
         for evaluator in self.evaluators:
             evaluator.close()

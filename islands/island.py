@@ -4,12 +4,18 @@ Plain Python, tested without Ray; ``islands.ray_backend`` wraps it in an
 actor.  The island's population is its cells in the archive: the controller
 (the archive's single owner) samples parents from them and hands the island
 a :class:`operators.base.Context`.
+
+An island serves many proposals at once (threads of ``LocalBackend``, or a
+threaded Ray actor): the operator draw and each proposal's own RNG come from
+the island's stream under a lock; the operators then run concurrently.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
-from evo.descriptors import DEFAULT_DESCRIPTORS, describe
+from evo.descriptors import DEFAULT_DESCRIPTORS, NONE, describe
 from evo.kernel_source import normalized_hash
 from operators.base import Context, Operator, Proposal
 
@@ -25,19 +31,54 @@ class Island:
         self.seed, self.stream = seed, stream
         self.descriptors = tuple(descriptors)
         self.operators = list(operators)
-        self.weights = np.asarray(weights, dtype=float) / float(sum(weights))
+        self.weights = np.asarray(weights, dtype=float)
+        if sum(w for w, op in zip(weights, operators) if not op.repairs) <= 0:
+            raise ValueError("an island needs an operator with a positive weight besides repair operators")
+        self.repair = next((op for op in operators if op.repairs), None)
         # One independent stream per (run seed, island, resume count).
         self.rng = np.random.default_rng([seed, index, stream])
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _draw(self, context: Context) -> Operator | str:
+        if context.repair:
+            return self.repair or "no repair operator is configured"
+        usable = [not op.repairs and (context.llm_allowed or not op.needs_llm) for op in self.operators]
+        weights = self.weights * np.asarray(usable, dtype=float)
+        if weights.sum() <= 0:
+            return "the LLM budget is spent and no offline operator is configured"
+        return self.operators[int(self.rng.choice(len(self.operators), p=weights / weights.sum()))]
+
+    def _target(self, parent_descriptors: dict[str, str], rng: np.random.Generator) -> dict[str, str]:
+        """A neighbouring cell for an LLM operator to aim at: one descriptor moved to another bin."""
+        descriptor = self.descriptors[int(rng.integers(len(self.descriptors)))]
+        bins = [b for b in descriptor.bins if b not in (NONE, parent_descriptors.get(descriptor.name))]
+        return {descriptor.name: bins[int(rng.integers(len(bins)))]} if bins else {}
 
     def propose(self, context: Context) -> Proposal:
-        operator = self.operators[int(self.rng.choice(len(self.operators), p=self.weights))]
+        with self._lock:
+            operator = self._draw(context)
+            if isinstance(operator, str):
+                return Proposal("none", None, operator)
+            rng = np.random.default_rng(self.rng.integers(1 << 63))
+        if operator.needs_llm and not context.repair and not context.target:
+            context.target = self._target(context.parent.descriptors, rng)
         try:
-            proposal = operator.propose(context, self.rng)
+            proposal = operator.propose(context, rng)
         except Exception as exc:  # an operator bug must not stop the island
             return Proposal(operator.name, None, f"operator {operator.name} raised {type(exc).__name__}: {exc}")
         if proposal.source is not None:
             # Source analysis happens here, in parallel, not in the archive's single writer.
             proposal.source_hash = normalized_hash(proposal.source)
+            if proposal.source_hash == (context.parent.source_hash or normalized_hash(context.parent.source)):
+                proposal.note, proposal.source = "the child is identical to its parent", None
+                return proposal
             proposal.descriptors = describe(proposal.source, self.descriptors)
         return proposal
 

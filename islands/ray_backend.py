@@ -3,7 +3,8 @@
 Without ``ray.address`` the engine starts a private local Ray; with one it
 joins that cluster.  Island actors reserve only a sliver of a CPU (they wait on
 LLMs and on the controller), in a placement group that spreads them over the
-nodes; each evaluator reserves one GPU, or one CPU when evaluating on the CPU.
+nodes, and serve ``proposals_per_island`` proposals at once (threaded actors);
+each evaluator reserves one GPU, or one CPU when evaluating on the CPU.
 """
 from __future__ import annotations
 
@@ -74,16 +75,18 @@ def _node_of(actor) -> str:
 
 class RayBackend:
     def __init__(self, settings: RaySettings, islands: list[Island], evaluator_settings: EvaluatorSettings,
-                 device: str, evaluators: int):
+                 device: str, evaluators: int, proposals_per_island: int = 1):
         import ray
 
         self._ray = ray
         # Disconnect on close from a cluster this backend joined, or stop the Ray it started.
         self._started = _init(ray, settings, max(os.cpu_count() or 1, evaluators + 1)) or bool(settings.address)
         self._group = _spread_islands(ray, len(islands)) if settings.spread else None
+        self._concurrency = max(1, proposals_per_island)
         island_actor, evaluator_actor = ray.remote(Island), ray.remote(Evaluator)
         # The actor rebuilds the island from the same arguments, so it draws the same RNG stream.
-        self.islands = [island_actor.options(max_restarts=3, max_task_retries=0, **self._island_place(n))
+        self.islands = [island_actor.options(max_restarts=3, max_task_retries=0, max_concurrency=self._concurrency,
+                                             **self._island_place(n))
                         .remote(i.index, i.operators, list(i.weights), i.seed, i.stream, i.descriptors)
                         for n, i in enumerate(islands)]
         # One evaluator per GPU (or CPU), wherever those are in the cluster.

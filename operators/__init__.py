@@ -3,14 +3,22 @@
 Public names:
     Operator, Context, Proposal -- the interface (``operators.base``)
     TunableConstantMutation     -- offline mutation of block sizes, warps, stages
-    LLMMutation, LLMClient      -- LLM rewrite through litellm (imported lazily)
+    ParameterCrossover          -- offline crossover of tunable constants between elites
+    LLMMutation, LLMDiff        -- LLM full rewrite, LLM SEARCH/REPLACE edits
+    LLMCrossover, LLMRepair     -- LLM crossover of two parents, LLM repair of a failed child
+    LLMClient, Reply            -- the async litellm client (litellm imported lazily)
+    LLMSteering, LLMBudget, ModelEnsemble -- budgets and the model bandit the run loop keeps
 
 Operators are plain picklable classes; they see parents as ``evo.program.Program``
 values and never touch the archive, the evaluator or Ray.
 """
 from operators.base import Context, Operator, Proposal
 from operators.constants import TunableConstantMutation
-from operators.llm import LLMMutation
-from operators.llm_client import LLMClient
+from operators.crossover import ParameterCrossover
+from operators.llm import LLMCrossover, LLMDiff, LLMMutation, LLMRepair
+from operators.llm_client import LLMClient, Reply
+from operators.steering import LLMBudget, LLMSteering, ModelEnsemble
 
-__all__ = ["Context", "LLMClient", "LLMMutation", "Operator", "Proposal", "TunableConstantMutation"]
+__all__ = ["Context", "LLMBudget", "LLMClient", "LLMCrossover", "LLMDiff", "LLMMutation", "LLMRepair",
+           "LLMSteering", "ModelEnsemble", "Operator", "ParameterCrossover", "Proposal", "Reply",
+           "TunableConstantMutation"]

@@ -16,8 +16,13 @@ class Context:
     task_name: str
     task_source: str
     parent: Program
-    inspirations: list[Program] = field(default_factory=list)
+    inspirations: list[Program] = field(default_factory=list)  # other elites of the task, any island
     hardware: str = ""
+    failures: list[dict] = field(default_factory=list)  # recent failures on the island: operator, status, reason
+    model: str | None = None  # the model an LLM operator asks (picked by the run's ensemble); None: the first
+    llm_allowed: bool = True  # False once the LLM budget is spent: only offline operators may run
+    repair: bool = False  # ``parent`` is a failed child (with its result) for a repair operator to fix
+    target: dict[str, str] = field(default_factory=dict)  # a cell to aim for, {descriptor: bin}; set by the island
 
 
 @dataclass
@@ -28,6 +33,7 @@ class Proposal:
     source: str | None
     note: str = ""
     llm_calls: list[dict] = field(default_factory=list)  # model, tokens, cost, latency, error
+    mates: tuple[int, ...] = ()  # ids of the other parents of a crossover child
     source_hash: str = ""  # filled in by the island that made the proposal
     descriptors: dict[str, str] = field(default_factory=dict)
 
@@ -37,6 +43,7 @@ class Operator(abc.ABC):
 
     name: str = "operator"
     needs_llm: bool = False
+    repairs: bool = False  # run only on a failed child the run loop schedules for repair, never drawn by weight
 
     @abc.abstractmethod
     def propose(self, context: Context, rng: np.random.Generator) -> Proposal:

@@ -1,56 +1,116 @@
-"""LLM mutation: ask a model for a faster full rewrite of the parent kernel."""
-from __future__ import annotations
+"""LLM operators: rewrite, diff, crossover and repair, each one prompt and one reply.
 
-from pathlib import Path
+They share one shape: render a template (``operators/prompts/``) from the
+context, ask the model the run's ensemble picked (``Context.model``), and
+turn the reply into a child with ``operators.replies``.  Every attempt of the
+request comes back in ``Proposal.llm_calls``; a failed call or an unusable
+reply is a proposal without a source and a one-line reason, never an error.
+"""
+from __future__ import annotations
 
 import numpy as np
 
-from evo.errors import LLMError
+from evo.program import Program
 from operators.base import Context, Operator, Proposal
-from operators.extract import extract_code
 from operators.llm_client import LLMClient
-
-PROMPTS = Path(__file__).parent / "prompts"
-
-
-def _speedup(program) -> str:
-    return f"{program.fitness:.3f}x" if program.fitness is not None else "unknown"
+from operators.prompting import check_template, render
+from operators.replies import apply_diff, code_from_reply
 
 
-def render_prompt(template: str, context: Context) -> str:
-    import jinja2  # only LLM operators render prompts
+class LLMOperator(Operator):
+    """The shared request/reply path; subclasses choose the template, the extra programs and the reply format."""
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPTS), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True)
-    return env.get_template(template).render(
-        hardware=context.hardware, task_source=context.task_source.strip(),
-        parent_source=context.parent.source.strip(), parent_speedup=_speedup(context.parent),
-        inspirations=[{"speedup": _speedup(p), "source": p.source.strip()} for p in context.inspirations],
-    )
-
-
-class LLMMutation(Operator):
-    """Full rewrite of the parent by an LLM, prompted with the reference and elites."""
-
-    name = "llm_rewrite"
     needs_llm = True
+    default_template = ""
 
-    def __init__(self, *, client: LLMClient, template: str = "mutate.jinja", max_inspirations: int = 2):
-        if not (PROMPTS / template).is_file():
-            raise ValueError(f"prompt template {template!r} not found in {PROMPTS}")
+    def __init__(self, *, client: LLMClient, template: str | None = None, max_inspirations: int = 2):
+        if not isinstance(client, LLMClient):
+            raise TypeError(f"{type(self).__name__} needs an LLMClient (set llm.model), not {type(client).__name__}")
+        if max_inspirations < 0:
+            raise ValueError("max_inspirations must be >= 0")
+        self.template = template or self.default_template
+        check_template(self.template)
         self.client = client
-        self.template = template
         self.max_inspirations = max_inspirations
 
+    def extra(self, context: Context, rng: np.random.Generator) -> dict[str, Program] | str:
+        """Programs the template needs beyond the parent, or the reason this operator cannot run."""
+        return {}
+
+    def child(self, context: Context, reply: str) -> tuple[str | None, str]:
+        return code_from_reply(reply)
+
     def propose(self, context: Context, rng: np.random.Generator) -> Proposal:
+        extra = self.extra(context, rng)
+        if isinstance(extra, str):
+            return Proposal(self.name, None, extra)
         context.inspirations = context.inspirations[: self.max_inspirations]
-        prompt = render_prompt(self.template, context)
+        prompt = render(self.template, context, **extra)
+        reply = self.client.complete([{"role": "user", "content": prompt}], model=context.model)
+        calls = [dict(call, prompt=prompt) for call in reply.calls]
+        if reply.text is None:
+            return Proposal(self.name, None, f"LLM call failed: {reply.error}", calls)
         try:
-            completion = self.client.complete([{"role": "user", "content": prompt}])
-        except LLMError as exc:
-            call = {"model": self.client.model, "prompt": prompt, "prompt_tokens": 0, "completion_tokens": 0,
-                    "cost_usd": 0.0, "latency_s": 0.0, "error": str(exc)}
-            return Proposal(self.name, None, f"LLM call failed: {exc}", [call])
-        source = extract_code(completion.text)
-        note = "" if source else "the reply holds no Python code block"
-        return Proposal(self.name, source, note, [dict(completion.record(), prompt=prompt)])
+            source, why = self.child(context, reply.text)
+        except Exception as exc:  # a reply no rule foresaw: the calls it cost are still accounted
+            source, why = None, f"the reply could not be used: {type(exc).__name__}: {exc}"
+        return Proposal(self.name, source, why, calls, mates=tuple(p.id for p in extra.values()))
+
+
+class LLMMutation(LLMOperator):
+    """Full rewrite of the parent, prompted with the reference and other elites."""
+
+    name = "llm_rewrite"
+    default_template = "rewrite.jinja"
+
+
+class LLMDiff(LLMOperator):
+    """Edits of the parent as SEARCH/REPLACE blocks: cheap replies, small steps."""
+
+    name = "llm_diff"
+    default_template = "diff.jinja"
+
+    def child(self, context: Context, reply: str) -> tuple[str | None, str]:
+        return apply_diff(context.parent.source, reply)
+
+
+class LLMCrossover(LLMOperator):
+    """One child from two parents in different cells or islands."""
+
+    name = "llm_crossover"
+    default_template = "crossover.jinja"
+
+    def extra(self, context: Context, rng: np.random.Generator) -> dict[str, Program] | str:
+        parent = context.parent
+        mates = [p for p in context.inspirations if p.id != parent.id and p.source_hash != parent.source_hash
+                 and (p.descriptors != parent.descriptors or p.island != parent.island)]
+        if not mates:
+            return "no second parent in another cell or island"
+        mate = mates[int(rng.integers(len(mates)))]
+        context.inspirations = []  # the prompt shows the two parents only
+        return {"mate": mate}
+
+
+class LLMRepair(LLMOperator):
+    """Fix a child that failed to compile, crashed or was incorrect, given the evaluator's error.
+
+    Never drawn by weight: the run loop schedules it for a failed child, with
+    probability ``probability`` and at most once per failed child.
+    """
+
+    name = "llm_repair"
+    repairs = True
+    default_template = "repair.jinja"
+
+    def __init__(self, *, client: LLMClient, probability: float = 0.5, template: str | None = None,
+                 max_inspirations: int = 0):
+        super().__init__(client=client, template=template, max_inspirations=max_inspirations)
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError("the repair probability must be between 0 and 1")
+        self.probability = probability
+
+    def extra(self, context: Context, rng: np.random.Generator) -> dict[str, Program] | str:
+        result = context.parent.result
+        if not context.repair or result is None or result.correct:
+            return "repair needs a failed child with its evaluation"
+        return {}

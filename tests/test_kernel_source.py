@@ -21,6 +21,13 @@ def test_finds_module_constants_and_launch_keywords():
     ]
 
 
+def test_grid_shape_constants_are_tunable():
+    source = "ROWS_PER_PROGRAM = 4\nPROGRAMS_PER_SM = 2\nTILES_PER_PROGRAM = 8\nGRID_M = 64\nNUM_PROGRAMS = 0\n"
+    found = [(t.name, t.kind, t.value) for t in find_tunables(source)]
+    assert found == [("ROWS_PER_PROGRAM", "grid", 4), ("PROGRAMS_PER_SM", "grid", 2),
+                     ("TILES_PER_PROGRAM", "grid", 8), ("GRID_M", "grid", 64)]
+
+
 def test_with_values_rewrites_only_the_literals():
     tunables = {t.name: t for t in find_tunables(SOURCE)}
     new = with_values(SOURCE, {tunables["BLOCK_SIZE"]: 1024, tunables["num_warps"]: 2})

@@ -1,0 +1,197 @@
+"""Proposal-rate benchmark: how close the engine gets to the rate an LLM endpoint allows.
+
+    python -m experiments.proposal_rate_bench --out experiments/proposal_rate_bench.md
+
+A scripted OpenAI-compatible server (replies from ``tests.llm_server.Variants``,
+each a new child) runs in its own process on asyncio, so that its own overhead
+stays small, and answers each request after a fixed latency.  The engine runs the real run loop (``evo.controller.Controller``),
+islands and LLM operators (diff and rewrite, through litellm) on the local
+backend, with ``TrivialEvaluator`` standing in for the evaluator, so the figures
+are the proposal path's and the run loop's own.
+
+- At latency L with K requests in flight the theoretical rate is K / L
+  proposals per second; the sustained rate is N = waves x K proposals over the
+  time from the first request to the last reply.  Target (issue 7): >= 97% at K=32, L=2 s.
+- At zero latency the rate is the engine's overhead per child (LLM path, and
+  the offline operator alone).  Target: > 50 children per second.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from archive import Archive  # noqa: E402
+from evo.controller import Controller, RunSettings  # noqa: E402
+from evo.task import load_tasks  # noqa: E402
+from islands import Island, LocalBackend, MigrationSettings  # noqa: E402
+from evo.program import Program  # noqa: E402
+from operators import Context, LLMClient, LLMDiff, LLMMutation, LLMSteering, TunableConstantMutation  # noqa: E402
+from tests.llm_server import TrivialEvaluator, Variants  # noqa: E402
+
+
+async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, latency_s: float,
+                  variants: Variants) -> None:
+    """HTTP/1.1 keep-alive: each request is a POST with a JSON body; replies after ``latency_s``."""
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            request = json.loads(await reader.readexactly(length) or b"{}")
+            await asyncio.sleep(latency_s)
+            status, body = variants(request)
+            data = json.dumps(body).encode()
+            writer.write(b"HTTP/1.1 %d OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (status, len(data), data))
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        writer.close()
+
+
+def _serve(latency_s: float, port_queue) -> None:
+    async def main():
+        variants = Variants()  # no latency of its own: the server sleeps without a thread
+        server = await asyncio.start_server(lambda r, w: _handle(r, w, latency_s, variants), "127.0.0.1", 0,
+                                            backlog=256)
+        port_queue.put(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
+        await server.serve_forever()
+
+    asyncio.run(main())
+
+
+class TimedBackend(LocalBackend):
+    """The local backend, noting when each proposal was submitted and when it came back."""
+
+    def __init__(self, islands, make_evaluator, evaluators, proposals_per_island, ray_islands=None):
+        super().__init__(islands, make_evaluator, evaluators, proposals_per_island)
+        self.ray_islands = ray_islands  # a RayBackend without evaluators: proposals go to its island actors
+        self.submitted: list[float] = []
+        self.returned: list[float] = []
+
+    def propose(self, island, context):
+        self.submitted.append(time.perf_counter())
+        source = self.ray_islands if self.ray_islands is not None else super()
+        future = source.propose(island, context)
+        future.add_done_callback(lambda f: self.returned.append(time.perf_counter()))
+        return future
+
+    def close(self) -> None:
+        super().close()
+        if self.ray_islands is not None:
+            self.ray_islands.close()
+
+
+def measure(*, children: int, in_flight: int, api_base: str | None, islands: int = 2, ray: bool = False) -> dict:
+    """Run the loop for ``children`` evaluations; the proposal rate and the children rate."""
+    tasks = load_tasks("default")
+    if api_base:
+        client = LLMClient(model="openai/scripted", api_base=api_base, timeout_s=60, retries=0,
+                           max_in_flight=in_flight, prices={"openai/scripted": [0.15, 0.6]})  # a priced model
+        operators, weights = [LLMDiff(client=client), LLMMutation(client=client)], [1.0, 1.0]
+        steering = LLMSteering(models=client.models, offline_operators=False)
+    else:
+        operators, weights, steering = [TunableConstantMutation()], [1.0], None
+    per_island = max(1, in_flight // islands)
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Archive(f"sqlite:///{Path(tmp) / 'archive.db'}")
+        island_list = [Island(i, operators, weights, seed=1) for i in range(islands)]
+        ray_islands = None
+        if ray:  # island actors in their own processes (threaded, per_island at once), as `evo run` has them
+            from evaluator import EvaluatorSettings
+            from islands.ray_backend import RayBackend, RaySettings
+
+            ray_islands = RayBackend(RaySettings(num_cpus=os.cpu_count()), island_list, EvaluatorSettings(),
+                                     "cpu", 0, per_island)
+            if api_base:  # each actor process imports litellm on its first request: not part of the rate
+                task = tasks[0]
+                parent = Program(id=0, task=task.name, island=0, generation=0, operator="seed", source=task.seeds[0])
+                for future in [ray_islands.propose(i % islands, Context(task_name=task.name, task_source=task.source,
+                                                                        parent=parent)) for i in range(2 * islands)]:
+                    future.result()
+        backend = TimedBackend(island_list, lambda i: TrivialEvaluator(), 2, per_island, ray_islands)
+        settings = RunSettings(dir=tmp, seed=1, budget_evaluations=children, proposals_per_island=per_island,
+                               max_failed_proposals=1000)
+        controller = Controller(settings=settings, tasks=tasks, archive=archive, backend=backend,
+                                migration=MigrationSettings(interval=64), steering=steering)
+        start = time.perf_counter()
+        try:
+            controller.run()
+        finally:
+            backend.close()
+        wall = time.perf_counter() - start
+        done = archive.child_evaluation_count()
+        archive.close()
+    span = max(backend.returned) - min(backend.submitted)
+    return {"proposals": len(backend.returned), "children": done, "span_s": span, "wall_s": wall,
+            "proposal_rate": len(backend.returned) / span, "child_rate": done / wall}
+
+
+def start_server(latency_s: float) -> tuple[multiprocessing.Process, str]:
+    queue = multiprocessing.Queue()
+    process = multiprocessing.Process(target=_serve, args=(latency_s, queue), daemon=True)
+    process.start()
+    return process, queue.get(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency", type=float, default=2.0)
+    parser.add_argument("--in-flight", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--waves", type=int, default=20, help="children per latency run: waves x in flight")
+    parser.add_argument("--zero-latency-children", type=int, default=1000)
+    parser.add_argument("--ray", action="store_true", help="also measure with Ray island actors")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    lines = [
+        "# Proposal-rate benchmark", "",
+        f"`python -m experiments.proposal_rate_bench` on {platform.node()} ({os.cpu_count()} CPUs, "
+        f"{platform.processor() or platform.machine()}), Python {platform.python_version()}; "
+        f"load average at start: {', '.join(f'{x:.2f}' for x in os.getloadavg())}.", "",
+        "Scripted server in its own process; real run loop, islands (2), LLM operators (diff, rewrite) "
+        "through litellm, local backend, trivial evaluator.", "",
+        "| latency | in flight | proposals | theoretical /s | sustained /s | of theoretical |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    warm, api_base = start_server(0.0)
+    measure(children=20, in_flight=4, api_base=api_base)  # imports litellm, warms the connection pool
+    for k in args.in_flight:
+        process, base = start_server(args.latency)
+        r = measure(children=args.waves * k, in_flight=k, api_base=base)
+        theory = k / args.latency
+        lines.append(f"| {args.latency:g} s | {k} | {r['proposals']} | {theory:.2f} | {r['proposal_rate']:.2f} | "
+                     f"{r['proposal_rate'] / theory:.1%} |")
+        print(lines[-1], flush=True)
+        if args.ray:
+            r = measure(children=args.waves * k, in_flight=k, api_base=base, ray=True)
+            lines.append(f"| {args.latency:g} s (Ray islands) | {k} | {r['proposals']} | {theory:.2f} | "
+                         f"{r['proposal_rate']:.2f} | {r['proposal_rate'] / theory:.1%} |")
+            print(lines[-1], flush=True)
+        process.terminate()
+    lines += ["", "Zero latency, trivial evaluator: the engine's own rate (children evaluated per second of wall "
+              "time, seeds and start-up included).", "",
+              "| path | in flight | children | wall s | children /s |", "| --- | --- | --- | --- | --- |"]
+    for label, base, k in (("LLM (diff, rewrite) via litellm", api_base, 32), ("LLM (diff, rewrite) via litellm",
+                                                                                api_base, 8),
+                           ("offline (constants)", None, 4)):
+        r = measure(children=args.zero_latency_children, in_flight=k, api_base=base)
+        lines.append(f"| {label} | {k} | {r['children']} | {r['wall_s']:.1f} | {r['child_rate']:.1f} |")
+        print(lines[-1], flush=True)
+    warm.terminate()
+    lines += ["", f"Load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Whole runs with LLM operators against scripted servers: faults, budgets, repairs, the bandit.
+
+The evaluator is a trivial stand-in (tests.llm_server.TrivialEvaluator), so these
+runs exercise the proposal path and the run loop, not Triton.
+"""
+import json
+
+from sqlalchemy import select
+
+from archive import Archive
+from archive.models import LLMCallRow, ProgramRow
+from evo.controller import Controller, RunSettings
+from evo.progress import RunEvents
+from islands import Island, LocalBackend, MigrationSettings
+from operators import (LLMBudget, LLMClient, LLMCrossover, LLMDiff, LLMMutation, LLMRepair, LLMSteering,
+                       TunableConstantMutation)
+from tests.llm_server import Faults, ScriptedLLMServer, TrivialEvaluator, Variants
+
+
+def run(tmp_path, tasks, server, *, budget, models=("openai/scripted",), llm_budget=None, repair=0.0,
+        offline=False, failing=False, per_island=4, crossover_only=False, **client_kw):
+    client = LLMClient(model=list(models), api_base=server.api_base, timeout_s=1, retries=1, backoff_s=0.01,
+                       **client_kw)
+    operators, weights = [LLMDiff(client=client), LLMMutation(client=client), LLMCrossover(client=client)], [1, 1, 1]
+    if crossover_only:
+        operators, weights = [LLMCrossover(client=client)], [3]
+    if offline:
+        operators.append(TunableConstantMutation()), weights.append(1.0)
+    if repair:
+        operators.append(LLMRepair(client=client, probability=repair)), weights.append(0.0)
+    islands = [Island(i, operators, weights, seed=5) for i in range(2)]
+    backend = LocalBackend(islands, lambda i: TrivialEvaluator(failing), 1, per_island)
+    steering = LLMSteering(models=list(models), budget=llm_budget, repair_probability=repair,
+                           offline_operators=offline)
+    archive = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
+    events = RunEvents(tmp_path, budget, show=False)
+    controller = Controller(settings=RunSettings(dir=str(tmp_path), seed=5, budget_evaluations=budget,
+                                                 proposals_per_island=per_island),
+                            tasks=tasks, archive=archive, backend=backend,
+                            migration=MigrationSettings(interval=8), events=events, steering=steering)
+    try:
+        controller.run()
+    finally:
+        backend.close()
+        events.close()
+    return archive, controller
+
+
+def rows(archive, table):
+    with archive.engine.connect() as c:
+        return c.execute(select(table.__table__)).all()
+
+
+def event_kinds(tmp_path):
+    return [json.loads(line)["event"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+
+
+def test_a_run_through_every_fault_completes_its_budget_and_records_every_failure(tmp_path, builtin_tasks):
+    plan = ["ok", "429", "ok", "500", "ok", "hang", "ok", "malformed", "truncated", "ok", "empty", "non_utf8"]
+    faults = Faults(plan, hang_s=1.5)
+    tasks = [builtin_tasks["gelu"], builtin_tasks["softmax"]]
+    with ScriptedLLMServer(faults) as server:
+        archive, controller = run(tmp_path, tasks, server, budget=24, models=("openai/a", "openai/b"))
+    assert archive.child_evaluation_count() == 24 and archive.pending() == []
+    calls = rows(archive, LLMCallRow)
+    assert len(calls) == faults.requests, "every request is one llm_calls row"
+    errors = [c.error for c in calls if c.error]
+    assert len(errors) == sum(faults.injected.values())
+    for kind, marker in [("429", "RateLimitError"), ("500", "internal error"), ("hang", "imeout"),
+                         ("malformed", "Expecting value"), ("truncated", "truncated"), ("empty", "empty completion"),
+                         ("non_utf8", "can't decode")]:
+        assert sum(marker in e for e in errors) == faults.injected[kind], kind
+    assert {c.model for c in calls} == {"openai/a", "openai/b"}
+    assert all(c.prompt for c in calls) and all(c.task in ("gelu", "softmax") for c in calls)
+    stats = controller.steering.ensemble.stats
+    # Every LLM child is fed back to the bandit (whether it improved depends on the stand-in
+    # evaluator's hash-drawn speedups; test_llm_operators checks the learning itself).
+    assert sum(s.children for s in stats.values()) >= 24
+    assert controller.steering.budget.in_flight == 0
+
+
+def test_the_call_budget_stops_proposing_cleanly_counting_requests_in_flight(tmp_path, builtin_tasks):
+    with ScriptedLLMServer(Variants(latency_s=0.05)) as server:
+        archive, controller = run(tmp_path, [builtin_tasks["gelu"]], server, budget=100,
+                                  llm_budget=LLMBudget(calls=10), per_island=8)
+    assert len(rows(archive, LLMCallRow)) == 10 and archive.child_evaluation_count() <= 10
+    assert controller.steering.budget.spent_calls == 10 and "llm_budget_spent" in event_kinds(tmp_path)
+    assert event_kinds(tmp_path)[-1] == "done"
+
+
+def test_the_dollar_budget_is_never_exceeded(tmp_path, builtin_tasks):
+    prices = {"openai/scripted": [1000.0, 1000.0]}  # 150 tokens a call: $0.15
+    with ScriptedLLMServer(Variants()) as server:
+        archive, _ = run(tmp_path, [builtin_tasks["gelu"]], server, budget=100, llm_budget=LLMBudget(usd=1.0),
+                         prices=prices)
+    spend = archive.llm_spend()
+    assert spend["calls"] == 6 and 0.89 < spend["cost_usd"] <= 1.0
+
+
+def test_a_spent_budget_leaves_the_offline_operators_running(tmp_path, builtin_tasks):
+    with ScriptedLLMServer(Variants()) as server:
+        archive, _ = run(tmp_path, [builtin_tasks["softmax"]], server, budget=16, llm_budget=LLMBudget(calls=3),
+                         offline=True)
+    assert archive.child_evaluation_count() == 16 and len(rows(archive, LLMCallRow)) == 3
+    assert {r.operator for r in rows(archive, ProgramRow)} >= {"seed", "constants"}
+
+
+def test_crossover_children_have_two_parents_from_different_cells_or_islands(tmp_path, builtin_tasks):
+    with ScriptedLLMServer(Variants()) as server:
+        archive, _ = run(tmp_path, [builtin_tasks["softmax"]], server, budget=16, offline=True, crossover_only=True,
+                         per_island=1)
+    crossed = [archive.get(r.id) for r in rows(archive, ProgramRow) if r.operator == "llm_crossover"]
+    assert crossed
+    for child in crossed:
+        parent, mate = (archive.get(i) for i in child.parent_ids)
+        assert parent.descriptors != mate.descriptors or parent.island != mate.island
+
+
+def test_failed_children_get_at_most_one_repair(tmp_path, builtin_tasks):
+    with ScriptedLLMServer(Variants()) as server:
+        archive, _ = run(tmp_path, [builtin_tasks["gelu"]], server, budget=24, repair=1.0, failing=True)
+    programs = {r.id: r for r in rows(archive, ProgramRow)}
+    repairs = [archive.get(pid) for pid, r in programs.items() if r.operator == "llm_repair"]
+    assert repairs, "a failed child was repaired"
+    parents = [p.parent_ids[0] for p in repairs]
+    assert len(parents) == len(set(parents)), "one repair attempt per failed child"
+    for parent_id in parents:
+        failed = archive.get(parent_id)
+        assert failed.operator in ("llm_diff", "llm_rewrite") and not failed.result.correct
+    for repair in repairs:
+        assert repair.result is None or repair.result.correct  # repaired: two VARIANT lines
+    prompts = [r.prompt for r in rows(archive, LLMCallRow) if r.operator == "llm_repair"]
+    assert prompts and all("does not compile" in p and "CompilationError" in p for p in prompts)
+
+
+def test_the_api_key_reaches_the_endpoint_but_not_the_database_or_the_events(tmp_path, builtin_tasks, monkeypatch):
+    key = "sk-evo-test-4c1d9e"
+    monkeypatch.setenv("EVO_TEST_KEY", key)
+    seen = []
+    variants = Variants()
+
+    def reply(request):
+        seen.append(request)
+        return variants(request)
+
+    with ScriptedLLMServer(reply) as server:
+        archive, _ = run(tmp_path, [builtin_tasks["gelu"]], server, budget=4, api_key_env="EVO_TEST_KEY")
+    archive.close()
+    assert seen and archive.child_evaluation_count() == 4
+    for path in tmp_path.iterdir():
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path.name
