@@ -34,6 +34,7 @@ from operators.llm import LLMRepair
 from operators.steering import LLMSteering
 
 Events = Callable[..., None]
+MAX_LOST_EVALUATIONS = 2  # a program whose evaluator dies more often than this is charged with a crash
 RNG_META = "rng.controller"  # the run loop's RNG state, saved with every program and evaluation it led to
 
 
@@ -93,6 +94,7 @@ class Controller:
         self._evaluations: dict[Future, tuple[int, Program]] = {}
         self._idle = deque(range(backend.evaluator_count))
         self._in_flight_hashes: set[tuple[str, str]] = set()
+        self._lost_evaluations: dict[int, int] = {}  # program id -> evaluator deaths while evaluating it
 
     # -- bookkeeping ---------------------------------------------------------
     def _committed(self) -> int:
@@ -253,8 +255,16 @@ class Controller:
         self._idle.append(worker)
         try:
             result: EvalResult = future.result()
-        except Exception as exc:  # the evaluator actor died: the candidate is charged with it
-            result = EvalResult(status=Status.CRASHED, reason=f"evaluator failed: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # the evaluator actor (or its node) died, not the candidate's sandbox
+            lost = self._lost_evaluations.get(program.id, 0) + 1
+            self._lost_evaluations[program.id] = lost
+            if lost <= MAX_LOST_EVALUATIONS:
+                self._queue.appendleft(program)  # evaluated again, on a restarted or another evaluator
+                self.events("evaluation_lost", program_id=program.id, task=program.task, worker=worker,
+                            reason=f"{type(exc).__name__}: {exc}"[:300])
+                return
+            result = EvalResult(status=Status.CRASHED, reason=f"evaluator failed {lost} times, last: "
+                                                              f"{type(exc).__name__}: {exc}")
         self._in_flight_hashes.discard((program.task, program.source_hash))
         insert = self.archive.record_evaluation(program, result, meta=self._rng_meta())
         if result.device and not self.hardware:
@@ -273,7 +283,16 @@ class Controller:
             if self.children_done % self.settings.stats_interval == 0:
                 self._record_stats()
         self.events("evaluated", program=program, result=result, insert=insert.value,
-                    children_done=self.children_done)
+                    children_done=self.children_done, in_flight=self._in_flight())
+
+    def _in_flight(self) -> dict:
+        """What is under way: for the progress display and events.jsonl."""
+        state = {"proposals": len(self._proposals),
+                 "llm_requests": sum(1 for entry in self._proposals.values() if entry[-1] is not None),
+                 "evaluations": len(self._evaluations), "queued": len(self._queue)}
+        if self.steering is not None:
+            state["llm_usd"] = round(self.steering.budget.spent_usd, 4)
+        return state
 
     def _learn(self, program: Program, result: EvalResult, insert: Insert) -> None:
         """Feed an evaluated child back: the bandit's reward, the island's failures, a repair."""

@@ -18,6 +18,7 @@ class RunEvents:
         self._best: dict[str, float] = {}
         self._correct = 0
         self._evaluated = 0
+        self._in_flight: dict = {}
         self._progress = None
         self._budget = budget
         self.show_lines = show
@@ -52,12 +53,20 @@ class RunEvents:
         if kind == "stalled":
             self.console.print(f"[yellow]{fields['failed']} proposals in a row failed or were duplicates; "
                                "no more proposals")
+        if "in_flight" in fields:
+            self._in_flight = fields["in_flight"]
         if "children_done" in fields:
             self._show(fields["children_done"])
 
     def _show(self, done: int) -> None:
         best = " ".join(f"{t}:{s:.3g}x" for t, s in sorted(self._best.items()))
         status = f"correct {self._correct}/{self._evaluated}  best {best}"
+        flight = self._in_flight
+        if flight:
+            status += (f"  in flight: {flight['llm_requests']} LLM, {flight['proposals']} proposals, "
+                       f"{flight['evaluations']} evaluations ({flight['queued']} queued)")
+            if "llm_usd" in flight:
+                status += f"  spent ${flight['llm_usd']:.2f}"
         if self._progress is not None:
             self._progress.update(self._bar, completed=done, status=status)
         elif self.show_lines:

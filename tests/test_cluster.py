@@ -80,3 +80,43 @@ def test_a_search_spreads_over_two_ray_nodes(two_node_cluster, tmp_path):
             "select count(*) from evaluations e join programs p on p.id = e.program_id "
             "where p.operator != 'seed'")).scalar()
     assert children == 4
+
+
+@pytest.mark.slow
+def test_killing_an_island_actor_mid_run_loses_nothing(tmp_path, builtin_tasks):
+    import ray
+
+    from archive import Archive
+    from evaluator import EvaluatorSettings
+    from evo.controller import Controller, RunSettings
+    from evo.progress import RunEvents
+    from islands import Island, MigrationSettings
+    from islands.ray_backend import RayBackend, RaySettings
+    from operators import TunableConstantMutation
+
+    budget, killed = 8, []
+    islands = [Island(i, [TunableConstantMutation()], [1.0], seed=3) for i in range(2)]
+    backend = RayBackend(RaySettings(num_cpus=2), islands, EvaluatorSettings(device="cpu", timeout_s=60), "cpu", 1)
+
+    class KillIslandZero(RunEvents):
+        def __call__(self, kind, **fields):
+            super().__call__(kind, **fields)
+            if kind == "evaluated" and fields["children_done"] == 2 and not killed:
+                ray.kill(backend.islands[0], no_restart=False)  # as if its process or node died
+                killed.append(True)
+
+    archive = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
+    events = KillIslandZero(tmp_path, budget, show=False)
+    controller = Controller(settings=RunSettings(dir=str(tmp_path), seed=3, budget_evaluations=budget),
+                            tasks=[builtin_tasks["gelu"]], archive=archive, backend=backend,
+                            migration=MigrationSettings(interval=0), events=events)
+    try:
+        controller.run()
+    finally:
+        backend.close()
+        events.close()
+    assert killed and archive.child_evaluation_count() == budget and archive.pending() == []
+    lines = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    after = lines[next(i for i, e in enumerate(lines) if e.get("children_done") == 2):]
+    # The restarted island 0 goes on proposing children that get evaluated.
+    assert any(e["event"] == "evaluated" and e["island"] == 0 for e in after[1:])

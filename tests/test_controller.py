@@ -93,3 +93,47 @@ def test_programs_in_flight_at_a_crash_are_evaluated_on_resume(tmp_path, quick_t
 def test_zero_budget_only_evaluates_seeds(tmp_path, quick_tasks):
     archive = run_once(tmp_path, quick_tasks, budget=0)
     assert [r.operator for r in programs(archive)] == ["seed", "seed"]
+
+
+class DyingEvaluator:
+    """The trivial stand-in evaluator, whose actor 'dies' on the first ``deaths`` requests."""
+
+    def __init__(self, deaths: int):
+        from tests.llm_server import TrivialEvaluator
+
+        self.inner, self.deaths, self.calls = TrivialEvaluator(), deaths, 0
+
+    def evaluate(self, task_name, task_source, source):
+        self.calls += 1
+        if self.calls <= self.deaths:
+            raise RuntimeError("The actor died unexpectedly before finishing this task.")
+        return self.inner.evaluate(task_name, task_source, source)
+
+    def check_task(self, task_name, task_source):
+        return {"ok": True}
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("deaths, crashed, children", [(2, 0, 4), (3, 1, 0)])
+def test_work_of_a_dead_evaluator_is_requeued(tmp_path, quick_tasks, deaths, crashed, children):
+    archive = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
+    isl = [Island(0, [TunableConstantMutation()], [1.0], seed=3)]
+    backend = LocalBackend(isl, lambda i: DyingEvaluator(deaths), 1)
+    events = RunEvents(tmp_path, 4, show=False)
+    controller = Controller(settings=RunSettings(dir=str(tmp_path), seed=3, budget_evaluations=4),
+                            tasks=quick_tasks[:1], archive=archive, backend=backend,
+                            migration=MigrationSettings(interval=0), events=events)
+    try:
+        controller.run()
+    finally:
+        backend.close()
+        events.close()
+    lines = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert sum(e["event"] == "evaluation_lost" for e in lines) == min(deaths, 2)
+    statuses = [e["status"] for e in lines if e["event"] == "evaluated"]
+    # The seed was in flight when the evaluator died: evaluated again, charged only after 3 deaths
+    # (and a crashed seed leaves nothing to search from).
+    assert statuses.count("crashed") == crashed and archive.child_evaluation_count() == children
+    assert all("in_flight" in e for e in lines if e["event"] == "evaluated")
