@@ -12,17 +12,22 @@ before anything else touches the database, in one transaction:
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, event, inspect, select, update
-from sqlalchemy.engine import Connection, Engine
+# Alembic narrates its plugins and every revision at INFO (from import on); a run's console
+# and logs are not the place for it.
+logging.getLogger("alembic").setLevel(logging.WARNING)
 
-from archive import statements as sql
-from archive.models import SCHEMA_VERSION
+from alembic import command  # noqa: E402
+from alembic.config import Config  # noqa: E402
+from alembic.runtime.migration import MigrationContext  # noqa: E402
+from alembic.script import ScriptDirectory  # noqa: E402
+from sqlalchemy import create_engine, event, inspect, select, update  # noqa: E402
+from sqlalchemy.engine import Connection, Engine  # noqa: E402
+
+from archive import statements as sql  # noqa: E402
+from archive.models import SCHEMA_VERSION  # noqa: E402
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
