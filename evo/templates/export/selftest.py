@@ -3,8 +3,8 @@
 For each task and kernel: the reference ``Model`` and the kernel's ``ModelNew``
 are built alike (seed 0, ``get_init_inputs()``), fed the same inputs from
 ``get_inputs`` (seeded) on every shape set of the task, compared with the
-task's tolerances, then timed side by side (median of several calls, with
-``torch.cuda.synchronize``).  Prints a table; exits 1 on any mismatch or
+task's tolerances, then timed side by side the way the engine's evaluator
+times them (interleaved; on a GPU CUDA events, L2 flushed before each call).  Prints a table; exits 1 on any mismatch or
 error, 2 when it cannot run here.  Without a GPU it runs only with
 ``TRITON_INTERPRET=1`` (Triton's interpreter, small shapes, timings not
 representative).  Copied unchanged into every exported package.
@@ -26,6 +26,7 @@ from . import _runtime
 # Used when a task sets no ATOL/RTOL (the engine's defaults).
 TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float64: 1e-6}
 CPU_MAX_NUMEL = 1 << 16  # under the interpreter, larger shape sets are skipped
+L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2
 
 
 def _flatten(value) -> list:
@@ -68,20 +69,48 @@ def _shapes(problem, device: str) -> list[dict]:
     return [s for s, n in zip(shapes, sizes) if n <= CPU_MAX_NUMEL] or [shapes[sizes.index(min(sizes))]]
 
 
-def _median_ms(fn, device: str, reps: int) -> float:
-    times = []
-    for _ in range(reps):
+def _side_by_side_ms(new, ref, device: str, reps: int, budget_s: float = 2.0, batch: int = 8):
+    """Medians of ``new()`` and ``ref()`` timed interleaved, as the engine's evaluator times them.
+
+    On a GPU: CUDA events around each call, L2 flushed before it outside the timed window,
+    ``batch`` pairs of calls queued between synchronisations (so the host's launch path is
+    not counted), after a warm-up of at least 0.2 s.  On the CPU: the wall clock.
+    """
+    warm_until = time.monotonic() + (0.2 if device == "cuda" else 0.0)
+    done = 0
+    while done < 3 or time.monotonic() < warm_until:
+        new(), ref()
+        done += 1
+    times = {new: [], ref: []}
+    if device == "cuda":
+        flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(2 * batch)]
+    deadline = time.monotonic() + budget_s
+    for first in range(0, reps, batch):
+        calls = [fn for i in range(first, min(reps, first + batch))
+                 for fn in ((new, ref) if i % 2 == 0 else (ref, new))]
         if device == "cuda":
             torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
+            for fn, (start, end) in zip(calls, events):
+                flush.zero_()
+                start.record()
+                fn()
+                end.record()
             torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+            for fn, (start, end) in zip(calls, events):
+                times[fn].append(start.elapsed_time(end))
+        else:
+            for fn in calls:
+                start = time.perf_counter()
+                fn()
+                times[fn].append((time.perf_counter() - start) * 1e3)
+        if len(times[new]) >= 3 and time.monotonic() > deadline:
+            break
+    return statistics.median(times[new]), statistics.median(times[ref])
 
 
-def check_kernel(task: str, kernel: str, device: str, seeds=(0, 1), reps: int = 20) -> dict:
+def check_kernel(task: str, kernel: str, device: str, seeds=(0, 1), reps: int = 100) -> dict:
     problem = _runtime.reference(task)
     atol, rtol = getattr(problem, "ATOL", None), getattr(problem, "RTOL", None)
     torch.manual_seed(0)
@@ -98,10 +127,8 @@ def check_kernel(task: str, kernel: str, device: str, seeds=(0, 1), reps: int = 
                 if problem_text:
                     return dict(ok=False, detail=f"shape {shape or 'default'}, seed {seed}: {problem_text}")
         inputs = _inputs(problem, shapes[-1], seeds[0], device)
-        for _ in range(3):  # warm-up: compilation, caches
-            new(*inputs), ref(*inputs)
-        new_ms = _median_ms(lambda: new(*inputs), device, reps)
-        ref_ms = _median_ms(lambda: ref(*inputs), device, reps)
+        new_ms, ref_ms = _side_by_side_ms(lambda: new(*inputs), lambda: ref(*inputs), device,
+                                          reps if device == "cuda" else 5)
     return dict(ok=True, detail=f"{len(shapes)} shapes x {len(seeds)} seeds", ms=new_ms, ref_ms=ref_ms,
                 speedup=ref_ms / new_ms if new_ms > 0 else None)
 
