@@ -18,6 +18,7 @@ META, PROGRAMS, LINEAGE, EVALUATIONS, CELLS, MIGRATIONS, LLM_CALLS, STATS, CENTR
 INSERT_PROGRAM = insert(PROGRAMS)
 INSERT_LINEAGE = insert(LINEAGE)
 INSERT_EVALUATION = insert(EVALUATIONS)
+INSERT_LLM_CALL = insert(LLM_CALLS)
 CELL_WHERE = (CELLS.c.task == bindparam("t"), CELLS.c.island == bindparam("i"), CELLS.c.key == bindparam("k"))
 INSERT_CELL = insert(CELLS)
 UPDATE_CELL = update(CELLS).where(*CELL_WHERE).values(

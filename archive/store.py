@@ -19,7 +19,7 @@ from archive import statements as sql
 from archive.centroids import load_or_draw_centroids
 from archive.schema import SchemaError, make_engine, upgrade
 from evaluator.result import EvalResult, Status
-from evo.descriptors import DEFAULT_DESCRIPTORS, cell_key, complete, describe, parse_cell_key
+from evo.descriptors import DEFAULT_DESCRIPTORS, analyse, cell_key, complete, describe, parse_cell_key
 from evo.errors import EvoError
 from evo.inspiration import BestThenRandom, Inspiration
 from evo.kernel_source import normalized_hash
@@ -128,13 +128,16 @@ class Archive:
     # -- programs -----------------------------------------------------------
     def add_program(self, *, task: str, island: int, generation: int, operator: str, source: str,
                     parent_ids=(), inspiration_ids=(), source_hash: str | None = None,
-                    descriptors: dict[str, str] | None = None, meta: dict[str, str] | None = None) -> Program:
+                    descriptors: dict[str, str] | None = None, meta: dict[str, str] | None = None,
+                    llm_calls: list[dict] = ()) -> Program:
         """Store a new program; ``source_hash`` and ``descriptors`` are computed here when not given.
 
-        ``meta`` entries are written in the same transaction (the run loop's RNG state).
+        ``meta`` entries (the run loop's RNG state) and ``llm_calls`` (the requests that made the
+        program, as :meth:`record_llm_calls` takes them) are written in the same transaction.
         """
-        source_hash = source_hash or normalized_hash(source)
-        descriptors = descriptors or describe(source, self.descriptors)
+        if not source_hash or not descriptors:
+            computed_hash, computed = analyse(source, self.descriptors)  # one parse for both
+            source_hash, descriptors = source_hash or computed_hash, descriptors or computed
         with self._tx() as c:
             pid = c.execute(sql.INSERT_PROGRAM, dict(
                 task=task, island=island, generation=generation, operator=operator, source=source,
@@ -145,6 +148,7 @@ class Archive:
                      for p in dict.fromkeys(ids)]
             if links:
                 c.execute(sql.INSERT_LINEAGE, links)
+            self._insert_llm_calls(c, llm_calls, task=task, island=island, operator=operator, program_id=pid)
             self._set_meta(c, meta or {})
         return Program(id=pid, task=task, island=island, generation=generation, operator=operator,
                        source=source, parent_ids=tuple(parent_ids), inspiration_ids=tuple(inspiration_ids),
@@ -343,14 +347,15 @@ class Archive:
         return {"cells": len(fitness), "coverage": len(fitness) / self.layout.size,
                 "qd_score": float(sum(fitness)), "best_speedup": max(fitness) if fitness else None}
 
-    def record_stats(self, task: str, islands: int, children_done: int) -> None:
-        """Append the task's figures, per island and over all (island -1), to the history."""
+    def record_stats(self, tasks: list[str], islands: int, children_done: int) -> None:
+        """Append each task's figures, per island and over all (island -1), to the history (one transaction)."""
         now = time.time()
         rows = [dict(self.qd_figures(task, island), task=task, island=-1 if island is None else island,
                      children_done=children_done, created_at=now)
-                for island in (None, *range(islands))]
-        with self._tx() as c:
-            c.execute(insert(sql.STATS), rows)
+                for task in tasks for island in (None, *range(islands))]
+        if rows:
+            with self._tx() as c:
+                c.execute(insert(sql.STATS), rows)
 
     def stats_history(self, task: str, island: int = -1) -> list[dict]:
         with self._tx() as c:
@@ -374,14 +379,18 @@ class Archive:
 
     def record_llm_calls(self, calls: list[dict], *, task: str, island: int, operator: str,
                          program_id: int | None) -> None:
-        if not calls:
-            return
-        known = set(sql.LLM_CALLS.columns.keys())
-        rows = [dict({k: v for k, v in call.items() if k in known}, task=task, island=island, operator=operator,
-                     program_id=program_id, created_at=time.time()) for call in calls]
-        with self._tx() as c:
-            for row in rows:
-                c.execute(insert(sql.LLM_CALLS).values(**row))
+        """One row per request attempt (``program_id``: the program it made, if any)."""
+        if calls:
+            with self._tx() as c:
+                self._insert_llm_calls(c, calls, task=task, island=island, operator=operator, program_id=program_id)
+
+    _LLM_CALL_COLUMNS = frozenset(sql.LLM_CALLS.columns.keys())
+
+    def _insert_llm_calls(self, c, calls: list[dict], **fields) -> None:
+        now = time.time()
+        for call in calls:
+            c.execute(sql.INSERT_LLM_CALL, dict({k: v for k, v in call.items() if k in self._LLM_CALL_COLUMNS},
+                                                **fields, created_at=now))
 
     def llm_spend(self) -> dict:
         L = sql.LLM_CALLS.c

@@ -229,15 +229,14 @@ class Controller:
             if ((task, source_hash) in self._in_flight_hashes
                     or self.archive.find_duplicate(task, proposal.source, source_hash)):
                 failure = "duplicate of an archived or in-flight program"
-        program_id = None
         if failure is None:
             self.failed_in_a_row = 0
             program = self.archive.add_program(
                 task=task, island=island, generation=parent.generation + 1, operator=proposal.operator,
                 source=proposal.source, parent_ids=(parent.id, *proposal.mates),
                 inspiration_ids=[p.id for p in inspirations if p.id not in proposal.mates],
-                source_hash=source_hash, descriptors=proposal.descriptors, meta=self._rng_meta())
-            program_id = program.id
+                source_hash=source_hash, descriptors=proposal.descriptors, meta=self._rng_meta(),
+                llm_calls=proposal.llm_calls)  # one transaction: the program, its requests, the RNG state
             self._enqueue(program)
             if model is not None:
                 self._llm_children[program.id] = (model, parent.fitness)
@@ -248,8 +247,8 @@ class Controller:
             if proposal.operator != "none" and not failure.startswith("duplicate"):
                 self._note_failure(task, island, proposal.operator, "no child", failure)
             self.events("proposal_failed", task=task, island=island, operator=proposal.operator, reason=failure)
-        self.archive.record_llm_calls(proposal.llm_calls, task=task, island=island,
-                                      operator=proposal.operator, program_id=program_id)
+            self.archive.record_llm_calls(proposal.llm_calls, task=task, island=island,
+                                          operator=proposal.operator, program_id=None)
 
     def _on_evaluation(self, future: Future, worker: int, program: Program) -> None:
         self._idle.append(worker)
@@ -312,8 +311,7 @@ class Controller:
             self._repairs.append(program)
 
     def _record_stats(self) -> None:
-        for task in self.tasks:
-            self.archive.record_stats(task, self.backend.island_count, self.children_done)
+        self.archive.record_stats(list(self.tasks), self.backend.island_count, self.children_done)
 
     def _migrate(self) -> None:
         moved = 0

@@ -29,6 +29,7 @@ variants of the numeric descriptors, whose labels are positions in [0, 1]
 """
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -36,6 +37,7 @@ from typing import Callable
 from evaluator.result import EvalResult
 from evo.errors import ConfigError
 from evo.kernel_facts import KernelFacts, kernel_facts
+from evo.kernel_source import normalized_hash
 
 NONE = "none"
 
@@ -178,10 +180,20 @@ def by_names(names, *, continuous: bool = False) -> tuple:
     return tuple(known[n] for n in names)
 
 
-def describe(source: str, descriptors=DEFAULT_DESCRIPTORS) -> dict[str, str]:
-    """The source descriptors' values (measured ones are left to :func:`complete`)."""
-    facts = kernel_facts(source)  # parsed once for all descriptors
+def describe(source: str, descriptors=DEFAULT_DESCRIPTORS, tree: ast.Module | None = None) -> dict[str, str]:
+    """The source descriptors' values (measured ones are left to :func:`complete`); ``tree``: the
+    source's AST, when the caller has parsed it already."""
+    facts = kernel_facts(source, tree)  # parsed once for all descriptors
     return {d.name: d(facts) for d in descriptors if not d.measured}
+
+
+def analyse(source: str, descriptors=DEFAULT_DESCRIPTORS) -> tuple[str, dict[str, str]]:
+    """The source's normalised hash and descriptors' values, from one parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return normalized_hash(source), {d.name: d(KernelFacts(parses=False)) for d in descriptors if not d.measured}
+    return normalized_hash(source, tree), describe(source, descriptors, tree)
 
 
 def complete(values: dict[str, str], result: EvalResult, descriptors=DEFAULT_DESCRIPTORS) -> dict[str, str]:

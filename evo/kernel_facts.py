@@ -44,11 +44,13 @@ def _is_kernel(fn: ast.FunctionDef) -> bool:
                for d in fn.decorator_list)
 
 
-def kernel_facts(source: str) -> KernelFacts:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return KernelFacts(parses=False)
+def kernel_facts(source: str, tree: ast.Module | None = None) -> KernelFacts:
+    """The facts of ``source``; ``tree``: its AST, when the caller has parsed it already."""
+    if tree is None:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            return KernelFacts(parses=False)
     kernels = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_kernel(n)]
     facts = dict(kernels=len(kernels), max_loops=0, uses_dot=False, block_pointers=False, hints=False,
                  tiles_2d=False, program_axes=0, persistent=False, atomics=False)

@@ -88,10 +88,18 @@ def with_values(source: str, changes: dict[Tunable, int]) -> str:
     return data.decode("utf-8")
 
 
-def normalized_hash(source: str) -> str:
-    """Hash that ignores comments, blank lines and formatting (via the AST)."""
-    try:
-        text = ast.dump(ast.parse(source))
-    except SyntaxError:
+def normalized_hash(source: str, tree: ast.Module | None = None) -> str:
+    """Hash that ignores comments, blank lines and formatting (via the AST).
+
+    ``tree``: the source's AST, when the caller has parsed it already.
+    """
+    if tree is None:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            pass
+    if tree is None:
         text = "\n".join(line.rstrip() for line in source.strip().splitlines())
+    else:
+        text = ast.dump(tree)
     return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from evo.descriptors import DEFAULT_DESCRIPTORS, NONE, describe
+from evo.descriptors import DEFAULT_DESCRIPTORS, NONE, analyse
 from evo.kernel_source import normalized_hash
 from operators.base import Context, Operator, Proposal
 
@@ -75,11 +75,12 @@ class Island:
             return Proposal(operator.name, None, f"operator {operator.name} raised {type(exc).__name__}: {exc}")
         if proposal.source is not None:
             # Source analysis happens here, in parallel, not in the archive's single writer.
-            proposal.source_hash = normalized_hash(proposal.source)
+            # One parse of the child gives both its hash and its descriptors.
+            proposal.source_hash, descriptors = analyse(proposal.source, self.descriptors)
             if proposal.source_hash == (context.parent.source_hash or normalized_hash(context.parent.source)):
                 proposal.note, proposal.source = "the child is identical to its parent", None
                 return proposal
-            proposal.descriptors = describe(proposal.source, self.descriptors)
+            proposal.descriptors = descriptors
         return proposal
 
     def ping(self) -> int:

@@ -107,6 +107,31 @@ def test_llm_calls_are_recorded(archive):
     assert archive.llm_spend() == {"calls": 2, "cost_usd": 0.5, "errors": 1}
 
 
+def test_llm_calls_are_written_with_their_program(archive):
+    calls = [{"model": "m", "response": "r", "cost_usd": 0.25}, {"model": "m", "error": "timeout"}]
+    p = archive.add_program(task="t", island=1, generation=1, operator="llm_diff", source=src(),
+                            llm_calls=calls, meta={"k": "v"})
+    assert archive.llm_spend() == {"calls": 2, "cost_usd": 0.25, "errors": 1}
+    with archive._tx() as c:
+        rows = c.exec_driver_sql("SELECT program_id, task, island, operator FROM llm_calls").all()
+    assert rows == [(p.id, "t", 1, "llm_diff")] * 2
+    # One transaction: a call that cannot be stored leaves no program, no meta and no call behind.
+    with pytest.raises(ArchiveError):
+        archive.add_program(task="u", island=0, generation=1, operator="llm_diff", source=src(512),
+                            llm_calls=[{"model": None}], meta={"k": "w"})
+    assert not archive.has_programs("u") and archive.get_meta("k") == "v"
+    assert archive.llm_spend()["calls"] == 2
+
+
+def test_stats_of_every_task_are_appended_together(archive):
+    for task in ("a", "b"):
+        archive.record_evaluation(add(archive, src(), task=task, operator="seed"), ok(1.5))
+    archive.record_stats(["a", "b"], islands=2, children_done=8)
+    for task in ("a", "b"):
+        assert [(h["island"], h["cells"], h["children_done"]) for h in archive.stats_history(task)] == [(-1, 1, 8)]
+        assert len(archive.stats_history(task, island=1)) == 1
+
+
 def test_reopening_keeps_everything(db_url):
     url = db_url
     first = Archive(url)

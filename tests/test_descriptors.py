@@ -1,5 +1,8 @@
-from evo.descriptors import DESCRIPTORS, NONE, by_names, cell_key, describe, grid_size, parse_cell_key
+import ast
+
+from evo.descriptors import DESCRIPTORS, NONE, analyse, by_names, cell_key, describe, grid_size, parse_cell_key
 from evo.kernel_facts import kernel_facts
+from evo.kernel_source import normalized_hash
 
 ALL = tuple(DESCRIPTORS.values())
 
@@ -45,6 +48,20 @@ def test_persistent_tensor_core_kernel():
 
 def test_unparsable_source_lands_in_the_none_cells():
     assert set(describe("def (", ALL).values()) == {NONE}
+
+
+def test_one_parse_gives_the_same_hash_and_descriptors_as_the_separate_functions(monkeypatch):
+    for source in (ROW_KERNEL, PERSISTENT_MATMUL, "def ("):
+        expected = normalized_hash(source), describe(source, ALL)
+        parses = []
+        real_parse = ast.parse
+        monkeypatch.setattr(ast, "parse", lambda *a, **k: parses.append(1) or real_parse(*a, **k))
+        assert analyse(source, ALL) == expected
+        monkeypatch.undo()
+        assert len(parses) == 1 or source == "def ("  # an unparsable source is hashed as text
+    tree = ast.parse(ROW_KERNEL)
+    assert describe(ROW_KERNEL, ALL, tree) == describe(ROW_KERNEL, ALL)
+    assert kernel_facts(ROW_KERNEL, tree) == kernel_facts(ROW_KERNEL)
 
 
 def test_cell_keys_round_trip_and_grid_size():

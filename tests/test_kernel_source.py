@@ -1,3 +1,5 @@
+import ast
+
 from evo.kernel_source import find_tunables, normalized_hash, with_values
 
 SOURCE = '''
@@ -51,3 +53,4 @@ def test_normalized_hash_ignores_comments_and_formatting():
     b = "x = 1\ny = x + 2  # other comment\n"
     assert normalized_hash(a) == normalized_hash(b)
     assert normalized_hash(a) != normalized_hash("x = 2\ny = x + 2\n")
+    assert normalized_hash(a, ast.parse(b)) == normalized_hash(a)  # a tree parsed by the caller is used as is
