@@ -7,7 +7,8 @@ islands, ~3 KB sources made from the built-in seeds with varied tunables,
 80% correct) with bulk inserts, then measures through the public API:
 
 - inserts: ``add_program`` + ``record_evaluation`` (two transactions) per program, with
-  the source's hash and descriptors computed beforehand, as the proposing island does;
+  the source's hash and descriptors computed beforehand, as the proposing island does
+  (``--rng-meta``: each also saves an RNG state in ``meta``, as the run loop does);
 - sampling: ``sample_parent`` and ``inspirations(k=2)``, each call timed;
 - resume: a fresh ``Archive`` plus the controller's start-up queries
   (``Controller._start``: counters, pending programs, ready tasks).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import platform
 import statistics
 import tempfile
@@ -31,10 +33,12 @@ from archive import Archive
 from evo.descriptors import cell_key, describe
 from archive.models import CellRow, EvaluationRow, LineageRow, ProgramRow
 from evaluator import EvalResult, Status
-from evo.controller import Controller, RunSettings
+from evo.controller import RNG_META, Controller, RunSettings
 from evo.kernel_source import find_tunables, normalized_hash, with_values
 from evo.task import load_tasks
 from islands.migration import MigrationSettings
+
+WITH_RNG_META = False
 
 ISLANDS = 4
 BATCH = 20_000
@@ -125,11 +129,13 @@ def measure(url: str, tasks, rng) -> dict:
     analysis_ms = (time.perf_counter() - t) * 1e3 / len(sources)
     t = time.perf_counter()
     for i, (task, source, source_hash, descriptors) in enumerate(analysed):
+        # The run loop saves its RNG state with every program and evaluation (exact resume).
+        meta = {RNG_META: json.dumps(rng.bit_generator.state)} if WITH_RNG_META else None
         program = archive.add_program(task=task, island=i % ISLANDS, generation=1, operator="constants",
                                       source=source, parent_ids=(1,), source_hash=source_hash,
-                                      descriptors=descriptors)
+                                      descriptors=descriptors, meta=meta)
         archive.record_evaluation(program, EvalResult(status=Status.CORRECT, speedup=float(rng.lognormal()),
-                                                      runtime_ms=1.0, ref_runtime_ms=1.0))
+                                                      runtime_ms=1.0, ref_runtime_ms=1.0), meta=meta)
     insert_rate = len(sources) / (time.perf_counter() - t)
     archive.close()
     return {
@@ -144,7 +150,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--dir", default=None, help="where the databases go (default: a temp dir)")
     parser.add_argument("--out", default=None, help="write a markdown table here")
+    parser.add_argument("--rng-meta", action="store_true",
+                        help="save an RNG state with every insert, as the run loop does")
     args = parser.parse_args()
+    global WITH_RNG_META
+    WITH_RNG_META = args.rng_meta
     tasks = load_tasks("default")
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
