@@ -395,7 +395,8 @@ class Archive:
     def llm_spend(self) -> dict:
         L = sql.LLM_CALLS.c
         with self._tx() as c:
-            calls, cost, errors = c.execute(select(
+            calls, cost, errors, tokens = c.execute(select(
                 func.count(L.id), func.coalesce(func.sum(L.cost_usd), 0.0),
-                func.count(L.id).filter(L.error != ""))).one()
-        return {"calls": calls, "cost_usd": float(cost), "errors": errors}
+                func.count(L.id).filter(L.error != ""),
+                func.coalesce(func.sum(L.prompt_tokens + L.completion_tokens), 0))).one()
+        return {"calls": calls, "cost_usd": float(cost), "errors": errors, "tokens": int(tokens)}

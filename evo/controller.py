@@ -36,6 +36,7 @@ from operators.steering import LLMSteering
 Events = Callable[..., None]
 MAX_LOST_EVALUATIONS = 2  # a program whose evaluator dies more often than this is charged with a crash
 RNG_META = "rng.controller"  # the run loop's RNG state, saved with every program and evaluation it led to
+SEQUENCE_META = "rng.proposals"  # proposals started so far: each island seeds a proposal's RNG with its number
 
 
 def _no_events(kind: str, **fields) -> None:
@@ -95,6 +96,7 @@ class Controller:
         self._idle = deque(range(backend.evaluator_count))
         self._in_flight_hashes: set[tuple[str, str]] = set()
         self._lost_evaluations: dict[int, int] = {}  # program id -> evaluator deaths while evaluating it
+        self._sequence = 0  # proposals started in this run, resumes included (restored in _start)
 
     # -- bookkeeping ---------------------------------------------------------
     def _committed(self) -> int:
@@ -107,12 +109,13 @@ class Controller:
         self._in_flight_hashes.add((program.task, program.source_hash))
 
     def _rng_meta(self) -> dict[str, str]:
-        return {RNG_META: json.dumps(self.rng.bit_generator.state)}
+        return {RNG_META: json.dumps(self.rng.bit_generator.state), SEQUENCE_META: str(self._sequence)}
 
     def _start(self) -> None:
         state = self.archive.get_meta(RNG_META)
         if state is not None:  # continue the stream where the last committed change left it
             self.rng.bit_generator.state = json.loads(state)
+        self._sequence = int(self.archive.get_meta(SEQUENCE_META) or 0)
         self.children_done = self.archive.child_evaluation_count()
         self._ready = {name for name in self.tasks if self.archive.has_elites(name)}
         for program in self.archive.pending():  # in flight when the last run stopped
@@ -181,8 +184,9 @@ class Controller:
                 inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations,
                                                          self.rng, self.inspiration)
             task = self.tasks[task_name]
+            self._sequence += 1
             context = Context(task_name=task.name, task_source=task.source, parent=parent,
-                              inspirations=inspirations, hardware=self.hardware,
+                              inspirations=inspirations, hardware=self.hardware, sequence=self._sequence,
                               failures=list(self._failures.get((task_name, island), ())), model=model,
                               llm_allowed=self.steering is None or model is not None, repair=repair)
             future = self.backend.propose(island, context)

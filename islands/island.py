@@ -35,7 +35,7 @@ class Island:
         if sum(w for w, op in zip(weights, operators) if not op.repairs) <= 0:
             raise ValueError("an island needs an operator with a positive weight besides repair operators")
         self.repair = next((op for op in operators if op.repairs), None)
-        # One independent stream per (run seed, island, resume count).
+        # For proposals without a sequence number: one stream per (run seed, island, resume count).
         self.rng = np.random.default_rng([seed, index, stream])
         self._lock = threading.Lock()
 
@@ -46,14 +46,14 @@ class Island:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def _draw(self, context: Context) -> Operator | str:
+    def _draw(self, context: Context, rng: np.random.Generator) -> Operator | str:
         if context.repair:
             return self.repair or "no repair operator is configured"
         usable = [not op.repairs and (context.llm_allowed or not op.needs_llm) for op in self.operators]
         weights = self.weights * np.asarray(usable, dtype=float)
         if weights.sum() <= 0:
             return "the LLM budget is spent and no offline operator is configured"
-        return self.operators[int(self.rng.choice(len(self.operators), p=weights / weights.sum()))]
+        return self.operators[int(rng.choice(len(self.operators), p=weights / weights.sum()))]
 
     def _target(self, parent_descriptors: dict[str, str], rng: np.random.Generator) -> dict[str, str]:
         """A neighbouring cell for an LLM operator to aim at: one descriptor moved to another bin."""
@@ -62,11 +62,16 @@ class Island:
         return {descriptor.name: bins[int(rng.integers(len(bins)))]} if bins else {}
 
     def propose(self, context: Context) -> Proposal:
-        with self._lock:
-            operator = self._draw(context)
-            if isinstance(operator, str):
-                return Proposal("none", None, operator)
-            rng = np.random.default_rng(self.rng.integers(1 << 63))
+        if context.sequence is not None:
+            # The run numbers its proposals and saves the count with every change it commits, so
+            # a resumed run gives the next proposal the same stream an uninterrupted one would.
+            rng = np.random.default_rng([self.seed, self.index, 1 << 20, context.sequence])
+        else:
+            with self._lock:
+                rng = np.random.default_rng(self.rng.integers(1 << 63))
+        operator = self._draw(context, rng)
+        if isinstance(operator, str):
+            return Proposal("none", None, operator)
         if operator.needs_llm and not context.repair and not context.target:
             context.target = self._target(context.parent.descriptors, rng)
         try:

@@ -23,6 +23,7 @@ class Context:
     llm_allowed: bool = True  # False once the LLM budget is spent: only offline operators may run
     repair: bool = False  # ``parent`` is a failed child (with its result) for a repair operator to fix
     target: dict[str, str] = field(default_factory=dict)  # a cell to aim for, {descriptor: bin}; set by the island
+    sequence: int | None = None  # the run's proposal number: the island seeds this proposal's RNG with it
 
 
 @dataclass

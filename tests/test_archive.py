@@ -104,14 +104,14 @@ def test_llm_calls_are_recorded(archive):
                                "completion_tokens": 4, "cost_usd": 0.5, "latency_s": 1.0, "error": ""},
                               {"model": "m", "error": "timeout"}], task="t", island=0, operator="llm",
                              program_id=p.id)
-    assert archive.llm_spend() == {"calls": 2, "cost_usd": 0.5, "errors": 1}
+    assert archive.llm_spend() == {"calls": 2, "cost_usd": 0.5, "errors": 1, "tokens": 7}
 
 
 def test_llm_calls_are_written_with_their_program(archive):
     calls = [{"model": "m", "response": "r", "cost_usd": 0.25}, {"model": "m", "error": "timeout"}]
     p = archive.add_program(task="t", island=1, generation=1, operator="llm_diff", source=src(),
                             llm_calls=calls, meta={"k": "v"})
-    assert archive.llm_spend() == {"calls": 2, "cost_usd": 0.25, "errors": 1}
+    assert archive.llm_spend() == {"calls": 2, "cost_usd": 0.25, "errors": 1, "tokens": 0}
     with archive._tx() as c:
         rows = c.exec_driver_sql("SELECT program_id, task, island, operator FROM llm_calls").all()
     assert rows == [(p.id, "t", 1, "llm_diff")] * 2

@@ -93,3 +93,31 @@ def test_the_state_is_saved_with_every_commit_and_restored_at_start(tmp_path, bu
     second._start()
     assert second.rng.random() == first.rng.random()
     archive.close()
+
+
+class IslandBackend(FakeBackend):
+    """As FakeBackend, but a real island with the offline operator makes the children."""
+
+    def __init__(self, kill_at_proposal: int | None = None, stream: int = 0):
+        from islands import Island
+        from operators import TunableConstantMutation
+
+        super().__init__(kill_at_proposal)
+        self.island = Island(0, [TunableConstantMutation()], [1.0], seed=7, stream=stream)
+
+    def propose(self, island, context):
+        self.proposals += 1
+        if self.proposals == self.kill_at:
+            raise Killed()
+        return self._done(self.island.propose(context))
+
+
+@pytest.mark.parametrize("kill_at", [3, 6])
+def test_a_resumed_island_draws_the_same_children(tmp_path, builtin_tasks, kill_at):
+    task = builtin_tasks["gelu"]
+    whole, broken = f"sqlite:///{tmp_path / 'whole.db'}", f"sqlite:///{tmp_path / 'broken.db'}"
+    run(whole, task, 10, IslandBackend(), resume_count=0)
+    with pytest.raises(Killed):
+        run(broken, task, 10, IslandBackend(kill_at_proposal=kill_at), resume_count=0)
+    run(broken, task, 10, IslandBackend(stream=1), resume_count=1)  # a resumed run's island: new stream
+    assert history(broken) == history(whole)  # same mutations: proposal numbers seed the islands' RNGs
