@@ -101,7 +101,9 @@ def test_a_spent_budget_leaves_the_offline_operators_running(tmp_path, builtin_t
     with ScriptedLLMServer(Variants()) as server:
         archive, _ = run(tmp_path, [builtin_tasks["softmax"]], server, budget=16, llm_budget=LLMBudget(calls=3),
                          offline=True)
-    assert archive.child_evaluation_count() == 16 and len(rows(archive, LLMCallRow)) == 3
+    # Never more requests than the budget; how many of the 3 get used depends on which operator
+    # each proposal that reserved one drew, and when (a reservation an offline draw returns is freed).
+    assert archive.child_evaluation_count() == 16 and 1 <= len(rows(archive, LLMCallRow)) <= 3
     assert {r.operator for r in rows(archive, ProgramRow)} >= {"seed", "constants"}
 
 
