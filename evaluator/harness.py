@@ -188,7 +188,7 @@ def _measure(request: dict, problem, reference, model, shape: dict, seed: int, d
         "speedup_noise": max(pair.noise, float(request.get("noise_floor", 0.0))),
         "roofline_fraction": None, "roofline": None,
     }
-    work = roofline.work_of(problem, inputs, call(reference, inputs, "reference"))
+    work = roofline.work_of(problem, inputs, lambda: call(reference, inputs, "reference"))
     measured["work"] = f"{work.bytes / 1e6:.3g} MB, {work.flops / 1e9:.3g} GFLOP per call" + (
         "" if work.declared else " (bytes of inputs and outputs)")
     peaks = roofline.peaks_for(device, request.get("roofline_peaks"), Path(request["scratch"]))
