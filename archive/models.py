@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 3  # the number of the head revision in archive/migrations/versions
+SCHEMA_VERSION = 4  # the number of the head revision in archive/migrations/versions
 
 
 class Base(DeclarativeBase):
@@ -93,7 +93,22 @@ class MigrationRow(Base):
     task: Mapped[str] = mapped_column(String(128))
     src_island: Mapped[int] = mapped_column(Integer)
     dst_island: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16), default="copy", server_default="copy")  # copy, move, reseed
     created_at: Mapped[float] = mapped_column(Float, default=time.time)
+
+
+class ShapeTimingRow(Base):
+    """The speedup an evaluation measured on one of the task's shape sets (``evaluator.time_shapes=all``)."""
+
+    __tablename__ = "shape_timings"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    evaluation_id: Mapped[int] = mapped_column(ForeignKey("evaluations.id"), index=True)
+    shape: Mapped[str] = mapped_column(String(512))  # the get_inputs keywords, e.g. "M=4096,N=4096"
+    numel: Mapped[int] = mapped_column(BigInteger)  # elements of all input tensors
+    speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
+    speedup_noise: Mapped[float | None] = mapped_column(Float, nullable=True)
+    runtime_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ref_runtime_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class LLMCallRow(Base):

@@ -8,16 +8,18 @@ from __future__ import annotations
 from sqlalchemy import bindparam, func, insert, select, update
 
 from archive.models import (
-    CellRow, CentroidRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow, StatsRow,
+    CellRow, CentroidRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow, ShapeTimingRow,
+    StatsRow,
 )
 
-META, PROGRAMS, LINEAGE, EVALUATIONS, CELLS, MIGRATIONS, LLM_CALLS, STATS, CENTROIDS = (
+META, PROGRAMS, LINEAGE, EVALUATIONS, CELLS, MIGRATIONS, LLM_CALLS, STATS, CENTROIDS, SHAPE_TIMINGS = (
     t.__table__ for t in (MetaRow, ProgramRow, LineageRow, EvaluationRow, CellRow, MigrationRow, LLMCallRow,
-                          StatsRow, CentroidRow))
+                          StatsRow, CentroidRow, ShapeTimingRow))
 
 INSERT_PROGRAM = insert(PROGRAMS)
 INSERT_LINEAGE = insert(LINEAGE)
 INSERT_EVALUATION = insert(EVALUATIONS)
+INSERT_SHAPE_TIMING = insert(SHAPE_TIMINGS)
 INSERT_LLM_CALL = insert(LLM_CALLS)
 CELL_WHERE = (CELLS.c.task == bindparam("t"), CELLS.c.island == bindparam("i"), CELLS.c.key == bindparam("k"))
 INSERT_CELL = insert(CELLS)

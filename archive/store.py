@@ -32,6 +32,13 @@ BEST_THEN_RANDOM = BestThenRandom()
 _PROGRAM_CACHE_SIZE = 4096
 
 
+def shape_timing_row(timing: dict, evaluation_id: int) -> dict:
+    """A ``shape_timings`` row from one entry of ``EvalResult.extra["shape_timings"]``."""
+    shape = ",".join(f"{k}={v}" for k, v in (timing.get("shape") or {}).items()) or "default"
+    return dict(evaluation_id=evaluation_id, shape=shape[:512], numel=int(timing["numel"]),
+                **{k: timing.get(k) for k in ("speedup", "speedup_noise", "runtime_ms", "ref_runtime_ms")})
+
+
 class ArchiveError(EvoError):
     """The archive database cannot be used."""
 
@@ -174,9 +181,12 @@ class Archive:
         key = self.layout.key(complete(known, result, self.descriptors))
         program.descriptors = parse_cell_key(key)
         fields = result.to_dict()
-        fields.pop("extra", None)
+        shapes = (fields.pop("extra", None) or {}).get("shape_timings") or []
         with self._write() as c:
-            c.execute(sql.INSERT_EVALUATION, dict(fields, program_id=program.id, created_at=time.time()))
+            row = c.execute(sql.INSERT_EVALUATION, dict(fields, program_id=program.id, created_at=time.time()))
+            if shapes:
+                evaluation_id = row.inserted_primary_key[0]
+                c.execute(sql.INSERT_SHAPE_TIMING, [shape_timing_row(s, evaluation_id) for s in shapes])
             self._set_meta(c, meta or {})
             if key != cell_key(known):  # completed by measured descriptors, or placed in a CVT cell
                 c.execute(sql.SET_CELL_KEY, dict(pid=program.id, k=key))

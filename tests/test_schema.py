@@ -10,7 +10,9 @@ from sqlalchemy import create_engine, inspect
 
 from archive import Archive, ArchiveError
 from archive.models import SCHEMA_VERSION, Base
-from archive.schema import head, revision
+from alembic import command
+
+from archive.schema import _config, head, revision
 from evaluator import EvalResult, Status
 from tests.test_archive import add, ok, src
 
@@ -73,9 +75,9 @@ def test_a_schema_1_database_is_upgraded_keeping_its_rows(tmp_path):
 def test_a_schema_2_database_made_without_migrations_is_stamped(tmp_path):
     url = f"sqlite:///{tmp_path / 'archive.db'}"
     engine = create_engine(url)
-    schema_2 = [t for t in Base.metadata.sorted_tables if t.name != "cvt_centroids"]
-    Base.metadata.create_all(engine, tables=schema_2)  # what the engine of commit 187a846 did
-    with engine.begin() as conn:
+    with engine.begin() as conn:  # the tables the engine of commit 187a846 made with create_all
+        command.upgrade(_config(conn), "0002")
+        conn.exec_driver_sql("DROP TABLE alembic_version")
         conn.exec_driver_sql("INSERT INTO meta VALUES ('schema_version', '2')")
     engine.dispose()
     archive = Archive(url)
@@ -153,3 +155,36 @@ def test_an_upgrade_blocked_by_a_lock_is_a_clear_error_and_changes_nothing(tmp_p
         holder.close()
     assert digest(path) == before
     Archive(f"sqlite:///{path}").close()  # once the lock is gone, it upgrades
+
+
+def test_a_schema_3_database_is_upgraded_keeping_its_migrations(tmp_path):
+    url = f"sqlite:///{tmp_path / 'archive.db'}"
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        command.upgrade(_config(conn), "0003")
+        conn.exec_driver_sql("INSERT INTO meta VALUES ('schema_version', '3')")
+        conn.exec_driver_sql("INSERT INTO programs VALUES (1, 't', 0, 0, 'seed', 'X = 1', 'h1', 'k', 1.0)")
+        conn.exec_driver_sql("INSERT INTO migrations VALUES (1, 1, 't', 0, 1, 2.0)")
+    engine.dispose()
+    archive = Archive(url)
+    assert archive.get_meta("schema_version") == str(SCHEMA_VERSION)
+    archive.close()
+    with sqlite3.connect(tmp_path / "archive.db") as db:
+        assert db.execute("select program_id, src_island, dst_island, kind from migrations").fetchall() == [
+            (1, 0, 1, "copy")]
+    db.close()
+
+
+def test_shape_timings_are_stored_with_their_evaluation(db_url):
+    archive = Archive(db_url)
+    p = add(archive, src())
+    timings = [dict(shape=dict(M=127, N=33), numel=4191, speedup=0.9, speedup_noise=0.02, runtime_ms=0.01,
+                    ref_runtime_ms=0.009),
+               dict(shape={}, numel=1 << 24, speedup=1.5, speedup_noise=0.01, runtime_ms=1.0, ref_runtime_ms=1.5)]
+    archive.record_evaluation(p, EvalResult(status=Status.CORRECT, speedup=1.5, extra={"shape_timings": timings}))
+    archive.close()
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql("select shape, numel, speedup from shape_timings order by numel").fetchall()
+    engine.dispose()
+    assert [tuple(r) for r in rows] == [("M=127,N=33", 4191, 0.9), ("default", 1 << 24, 1.5)]
