@@ -34,6 +34,8 @@ class EvaluatorSettings:
     compile_baseline: bool | None = None  # time torch.compile of the reference; None: on GPUs only
     compile_backend: str = "inductor"
     compile_mode: str | None = None
+    compile_timing: str = "live"  # live: timed interleaved with each candidate | cached: a ratio per task and worker
+    time_shapes: str = "largest"  # largest | all: time every shape set too (per-shape speedups, for export buckets)
     memory_limit_mb: int = 32768  # host memory (RSS) of one evaluation; its process group is killed beyond
     gpu_memory_fraction: float = 0.9  # of the GPU, for one evaluation's allocations
     isolate_network: bool = True  # a private network namespace for candidates, where the OS allows
@@ -43,6 +45,10 @@ class EvaluatorSettings:
             raise ValueError(f"evaluator.device must be auto, cpu or cuda, not {self.device!r}")
         if not self.seeds:
             raise ValueError("evaluator.seeds needs at least one seed")
+        if self.compile_timing not in ("live", "cached"):
+            raise ValueError(f"evaluator.compile_timing must be live or cached, not {self.compile_timing!r}")
+        if self.time_shapes not in ("largest", "all"):
+            raise ValueError(f"evaluator.time_shapes must be largest or all, not {self.time_shapes!r}")
         if self.timeout_s <= 0:
             raise ValueError("evaluator.timeout_s must be positive")
         if self.roofline_peaks is not None:
@@ -66,7 +72,7 @@ class Evaluator:
         self.settings = settings
         self.device = device
         self.worker = SandboxWorker(device=device, cuda_index=cuda_index, scratch_root=scratch_root,
-                                    cache_dir=settings.cache_dir)
+                                    cache_dir=settings.cache_dir, preload_compiler=self._compile_baseline() is not None)
 
     def _request(self, kind: str, task_name: str, task_source: str, **extra) -> dict:
         timing = self.settings.timing if self.device == "cuda" else self.settings.cpu_timing
@@ -80,7 +86,7 @@ class Evaluator:
             "roofline_peaks": self.settings.roofline_peaks, "memory_limit_mb": self.settings.memory_limit_mb,
             "gpu_memory_fraction": self.settings.gpu_memory_fraction,
             "isolate_network": self.settings.isolate_network,
-            "compile_baseline": self._compile_baseline(),
+            "compile_baseline": self._compile_baseline(), "time_shapes": self.settings.time_shapes,
             **extra,
         }
         return self.worker.request(message, self.settings.timeout_s)
@@ -89,7 +95,8 @@ class Evaluator:
         wanted = self.settings.compile_baseline
         if wanted is False or (wanted is None and self.device != "cuda"):
             return None
-        return {"backend": self.settings.compile_backend, "mode": self.settings.compile_mode}
+        return {"backend": self.settings.compile_backend, "mode": self.settings.compile_mode,
+                "timing": self.settings.compile_timing}
 
     def evaluate(self, task_name: str, task_source: str, candidate_source: str) -> EvalResult:
         reply = self._request("evaluate", task_name, task_source, candidate_source=candidate_source)

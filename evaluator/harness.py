@@ -21,7 +21,7 @@ from evaluator.guards import compiled_kernels, timer_identities, timers_tampered
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
 from evaluator import baseline, roofline
-from evaluator.timing import time_side_by_side
+from evaluator.timing import time_interleaved, time_side_by_side
 
 
 def handle(request: dict) -> dict:
@@ -140,7 +140,7 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         raise Failure(Status.REJECTED, f"the candidate replaced {', '.join(tampered)}")
     uninstall_launch_counter()
     kernels = compiled_kernels()
-    measured = _measure(request, problem, reference, model, shapes[-1], request["seeds"][0], device)
+    measured = _measure(request, problem, reference, model, shapes, request["seeds"][0], device)
     limit = request.get("roofline_limit") or float("inf")
     extra = {"kernels": kernels} if kernels else {}
     if measured["roofline_fraction"] is not None and measured["roofline_fraction"] > limit:
@@ -148,7 +148,7 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         fresh = [seed + 7919 for seed in request["seeds"]]
         Verifier(problem, reference, model, device, timers).run(shapes, fresh)
         uninstall_launch_counter()
-        first, measured = measured, _measure(request, problem, reference, model, shapes[-1], fresh[0], device)
+        first, measured = measured, _measure(request, problem, reference, model, shapes, fresh[0], device)
         extra["reverified"] = {"roofline_fraction": first["roofline_fraction"], "speedup": first["speedup"]}
         if measured["roofline_fraction"] > limit:
             raise Failure(Status.REJECTED,
@@ -157,8 +157,9 @@ def _evaluate(request: dict, device: str) -> EvalResult:
                           "skips work, or the task's flops/bytes_moved are wrong")
     phases["timing_s"] = time.monotonic() - began - phases["load_s"] - phases["checks_s"]
     extra.update(phases=phases, roofline=measured.pop("roofline"), work=measured.pop("work"))
-    if measured.get("compile_baseline_error"):
-        extra["compile_baseline_error"] = measured.pop("compile_baseline_error")
+    for key in ("compile_baseline_error", "shape_timings"):
+        if key in measured:
+            extra[key] = measured.pop(key)
     return EvalResult(
         status=Status.CORRECT,
         reason=f"passed {checks} checks: smoke, adversarial values, {len(shapes)} shapes x "
@@ -172,22 +173,34 @@ def _evaluate(request: dict, device: str) -> EvalResult:
     )
 
 
-def _measure(request: dict, problem, reference, model, shape: dict, seed: int, device: str) -> dict:
-    """Side-by-side timing on the largest shape: speedups, noise, roofline fraction."""
-    timing = request["timing"]
+def _timing_args(timing: dict) -> dict:
+    return dict(warmup=timing["warmup"], reps=timing["reps"], budget_s=timing["budget_s"],
+                warmup_s=timing.get("warmup_s", 0.0), batch=timing.get("batch", 8))
+
+
+def _measure(request: dict, problem, reference, model, shapes: list[dict], seed: int, device: str) -> dict:
+    """Side-by-side timing on the largest shape (and on every shape set with ``time_shapes=all``):
+    speedups, noise, roofline fraction, and the torch.compile baseline."""
+    timing, shape = request["timing"], shapes[-1]
     inputs = make_inputs(problem, shape, seed, device)
-    pair = time_side_by_side(
-        lambda: call(model, inputs, "timing"), lambda: call(reference, inputs, "reference timing"),
-        device, warmup=timing["warmup"], reps=timing["reps"], budget_s=timing["budget_s"],
-        warmup_s=timing.get("warmup_s", 0.0), batch=timing.get("batch", 8),
-    )
-    measured = {
+    baselines = {"reference": lambda: call(reference, inputs, "reference timing")}
+    compile_settings = request.get("compile_baseline") or {}
+    backend, mode = compile_settings.get("backend", "inductor"), compile_settings.get("mode")
+    measured = {"roofline_fraction": None, "roofline": None}
+    if compile_settings.get("timing") == "live":
+        try:
+            compiled = baseline.compiled_reference(reference, inputs, backend=backend, mode=mode)
+            baselines["compiled"] = lambda: call(compiled, inputs, "torch.compile baseline")
+        except Exception as exc:  # a reference the compiler cannot handle has no compiled baseline
+            measured["compile_baseline_error"] = baseline.failure(exc)
+    timed = time_interleaved(lambda: call(model, inputs, "timing"), baselines, device, **_timing_args(timing))
+    pair = timed["reference"]
+    noise_floor = float(request.get("noise_floor", 0.0))
+    measured.update({
         "speedup": pair.ratio or None, "runtime_ms": pair.candidate.median_ms,
         "ref_runtime_ms": pair.baseline.median_ms, "runtime_spread": pair.candidate.spread,
-        "ref_runtime_spread": pair.baseline.spread,
-        "speedup_noise": max(pair.noise, float(request.get("noise_floor", 0.0))),
-        "roofline_fraction": None, "roofline": None,
-    }
+        "ref_runtime_spread": pair.baseline.spread, "speedup_noise": max(pair.noise, noise_floor),
+    })
     work = roofline.work_of(problem, inputs, lambda: call(reference, inputs, "reference"))
     measured["work"] = f"{work.bytes / 1e6:.3g} MB, {work.flops / 1e9:.3g} GFLOP per call" + (
         "" if work.declared else " (bytes of inputs and outputs)")
@@ -196,15 +209,34 @@ def _measure(request: dict, problem, reference, model, shape: dict, seed: int, d
         measured["roofline_fraction"] = roofline.fraction(work, pair.candidate.median_ms, peaks)
         measured["roofline"] = {"bytes_per_s": peaks.bytes_per_s, "flops_per_s": peaks.flops_per_s,
                                 "source": peaks.source}
-    compile_settings = request.get("compile_baseline")
-    if compile_settings:
+    if "compiled" in timed:
+        measured["compiled_runtime_ms"] = timed["compiled"].baseline.median_ms
+        measured["speedup_vs_compiled"] = timed["compiled"].ratio
+    elif compile_settings.get("timing") == "cached":
         entry = baseline.compiled_over_eager(
             problem, reference, inputs, task_source=request["task_source"], shape=shape, device=device,
-            backend=compile_settings.get("backend", "inductor"), mode=compile_settings.get("mode"),
-            timing=timing, scratch=Path(request["scratch"]))
+            backend=backend, mode=mode, timing=timing, scratch=Path(request["scratch"]))
         if "ratio" in entry:
             measured["compiled_runtime_ms"] = entry["ratio"] * pair.baseline.median_ms
             measured["speedup_vs_compiled"] = measured["compiled_runtime_ms"] / pair.candidate.median_ms
         else:
             measured["compile_baseline_error"] = entry["error"]
+    if request.get("time_shapes") == "all":
+        measured["shape_timings"] = [
+            *(_shape_timing(problem, reference, model, s, seed, device, timing, noise_floor) for s in shapes[:-1]),
+            _shape_entry(shape, inputs, pair, noise_floor)]
     return measured
+
+
+def _shape_timing(problem, reference, model, shape: dict, seed: int, device: str, timing: dict,
+                  noise_floor: float) -> dict:
+    inputs = make_inputs(problem, shape, seed, device)
+    pair = time_side_by_side(lambda: call(model, inputs, "timing"),
+                             lambda: call(reference, inputs, "reference timing"), device, **_timing_args(timing))
+    return _shape_entry(shape, inputs, pair, noise_floor)
+
+
+def _shape_entry(shape: dict, inputs: list, pair, noise_floor: float) -> dict:
+    return {"shape": shape, "numel": _numel(inputs), "speedup": pair.ratio or None,
+            "speedup_noise": max(pair.noise, noise_floor), "runtime_ms": pair.candidate.median_ms,
+            "ref_runtime_ms": pair.baseline.median_ms}

@@ -62,40 +62,55 @@ def ratio_noise(candidate_ms: list[float], baseline_ms: list[float]) -> float:
 
 def time_side_by_side(candidate, baseline, device: str, *, warmup: int, reps: int,
                       budget_s: float, warmup_s: float = 0.0, batch: int = 8) -> SideBySide:
-    """Median timings of ``candidate()`` and ``baseline()``, interleaved.
+    """Median timings of ``candidate()`` and ``baseline()``, interleaved (see :func:`time_interleaved`)."""
+    return time_interleaved(candidate, {"baseline": baseline}, device, warmup=warmup, reps=reps,
+                            budget_s=budget_s, warmup_s=warmup_s, batch=batch)["baseline"]
 
-    Warm-up runs both at least ``warmup`` times and for at least ``warmup_s``
-    seconds: a GPU that just sat idle needs that long to reach its clocks.
-    On a GPU, ``batch`` pairs of calls are queued between synchronisations
-    (as ``triton.testing.do_bench`` does), so the GPU never waits for the
-    host's launch path inside a timed window; ``batch=1`` synchronises
-    around every pair.
+
+def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, reps: int,
+                     budget_s: float, warmup_s: float = 0.0, batch: int = 8) -> dict[str, SideBySide]:
+    """The candidate timed against each baseline, all interleaved call by call.
+
+    One round calls the candidate and every baseline once, in an order that
+    rotates from round to round so none always follows another; a baseline's
+    ratio pairs its calls with the candidate's of the same round.  Warm-up
+    runs every callable at least ``warmup`` times and for at least ``warmup_s``
+    seconds: a GPU that just sat idle needs that long to reach its clocks.  On
+    a GPU, ``batch`` rounds are queued between synchronisations (as
+    ``triton.testing.do_bench`` does), so the GPU never waits for the host's
+    launch path inside a timed window; ``batch=1`` synchronises around every round.
     """
+    names = list(baselines)
+    calls = [candidate, *(baselines[n] for n in names)]
     warm_until = time.monotonic() + warmup_s
     done = 0
     while done < warmup or (time.monotonic() < warm_until and done < 10_000):
-        candidate()
-        baseline()
+        for fn in calls:
+            fn()
         done += 1
         if device.startswith("cuda"):
             torch.cuda.synchronize()
     batch = max(1, batch)
-    timer = _CudaTimer(torch.device(device), 2 * batch) if device.startswith("cuda") else _WallTimer()
-    cand, base = [], []
+    width = len(calls)
+    timer = _CudaTimer(torch.device(device), width * batch) if device.startswith("cuda") else _WallTimer()
+    samples = [[] for _ in calls]  # per callable, in round order
     deadline = time.monotonic() + budget_s
     for first in range(0, reps, batch):
-        # Alternate which one goes first so neither always follows the other.
-        pairs = [(candidate, baseline) if i % 2 == 0 else (baseline, candidate)
-                 for i in range(first, min(reps, first + batch))]
-        times = timer.run([fn for pair in pairs for fn in pair])
-        for (a, _), t_a, t_b in zip(pairs, times[0::2], times[1::2]):
-            cand.append(t_a if a is candidate else t_b)
-            base.append(t_b if a is candidate else t_a)
-        if len(cand) >= 3 and time.monotonic() > deadline:
+        orders = [[(i + r) % width for i in range(width)] for r in range(first, min(reps, first + batch))]
+        times = timer.run([calls[i] for order in orders for i in order])
+        for k, order in enumerate(orders):
+            for slot, i in enumerate(order):
+                samples[i].append(times[k * width + slot])
+        if len(samples[0]) >= 3 and time.monotonic() > deadline:
             break
-    c, b = summarize(cand), summarize(base)
-    return SideBySide(candidate=c, baseline=b, ratio=b.median_ms / c.median_ms if c.median_ms > 0 else 0.0,
-                      noise=ratio_noise(cand, base))
+    cand = summarize(samples[0])
+    out = {}
+    for j, name in enumerate(names, start=1):
+        base = summarize(samples[j])
+        out[name] = SideBySide(candidate=cand, baseline=base,
+                               ratio=base.median_ms / cand.median_ms if cand.median_ms > 0 else 0.0,
+                               noise=ratio_noise(samples[0], samples[j]))
+    return out
 
 
 class _WallTimer:

@@ -80,7 +80,7 @@ def throughput(candidates, settings: EvaluatorSettings, gpus: list[int]) -> dict
     work: queue.Queue = queue.Queue()
     for item in candidates:
         work.put(item)
-    records, lock = [], threading.Lock()
+    records, names, lock = [], [], threading.Lock()
     evaluators = [make(settings, g) for g in gpus]
     for ev in evaluators:  # start the workers (import torch) before the clock starts
         ev.worker.start()
@@ -95,6 +95,7 @@ def throughput(candidates, settings: EvaluatorSettings, gpus: list[int]) -> dict
             r = ev.evaluate(task.name, task.source, source)
             with lock:
                 records.append((time.monotonic() - sent, r))
+                names.append(task.name)
 
     start = time.monotonic()
     threads = [threading.Thread(target=drain, args=(ev,)) for ev in evaluators]
@@ -107,7 +108,7 @@ def throughput(candidates, settings: EvaluatorSettings, gpus: list[int]) -> dict
         ev.close()
     overheads = [round_trip - r.wall_s for round_trip, r in records]
     phases = [r.extra.get("phases", {}) for _, r in records if r.correct]
-    return {"elapsed": elapsed, "count": len(records), "correct": sum(r.correct for _, r in records),
+    return {"records": list(zip(names, (r for _, r in records))), "elapsed": elapsed, "count": len(records), "correct": sum(r.correct for _, r in records),
             "per_min": 60 * len(records) / elapsed, "overhead_ms": 1e3 * statistics.median(overheads),
             "overhead_frac": sum(overheads) / sum(rt for rt, _ in records),
             "timing_frac": sum(p.get("timing_s", 0) for p in phases) / sum(rt for rt, _ in records),
@@ -122,7 +123,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--parts", default="repeat,throughput,compile,agree",
-                        help="comma-separated subset of repeat, throughput, compile, agree")
+                        help="comma-separated subset of repeat, throughput, compile, live, agree")
     args = parser.parse_args()
     global DEVICE, BACKEND
     DEVICE, BACKEND = args.device, "inductor" if args.device == "cuda" else "aot_eager"
@@ -161,14 +162,23 @@ def main() -> None:
             compiled[task.name] = (r, time.monotonic() - t0)
         ev.close()
 
+    live_settings = dataclasses.replace(base, compile_baseline=True, compile_backend=BACKEND, compile_timing="live")
+    live: dict = {}
     side = threading.Thread(target=compile_baseline)
+    live_side = threading.Thread(target=lambda: live.update(throughput(candidates, live_settings, [1 if two else 0])))
     if two and "compile" in parts:
         side.start()  # on GPU 1 while GPU 0 measures one-worker throughput
+    elif two and "live" in parts:
+        live_side.start()  # the same list on GPU 1, compiling and timing torch.compile live for every candidate
     one = throughput(candidates, base, [0]) if "throughput" in parts else None
     if two and "compile" in parts:
         side.join()
     elif "compile" in parts:
         compile_baseline()
+    if two and "live" in parts and "compile" not in parts:
+        live_side.join()
+    elif "live" in parts:
+        live_side.run()
     both = throughput(candidates, base, [0, 1]) if two and "throughput" in parts else None
 
     agree = {}
@@ -179,10 +189,28 @@ def main() -> None:
         timing = json.loads(out.stdout.strip().splitlines()[-1])
         agree[task.name] = timing["ref_ms"] / timing["new_ms"]
 
-    report(args, tasks, one, both, rep_batched, rep_synced, compiled, agree)
+    report(args, tasks, one, both, rep_batched, rep_synced, compiled, agree, live)
 
 
-def report(args, tasks, one, both, rep_batched, rep_synced, compiled, agree) -> None:
+def live_lines(one: dict | None, live: dict) -> list[str]:
+    """The cost of timing torch.compile live, and what it reports for each task's seed."""
+    lines = ["", "## torch.compile timed live, interleaved with every candidate", "",
+             f"{live['count']} evaluations ({live['correct']} correct) in {live['elapsed']:.0f} s: "
+             f"{live['per_min']:.1f} evaluations/min"]
+    if one:
+        lines[-1] += f" against {one['per_min']:.1f} without the baseline ({live['per_min'] / one['per_min']:.0%})"
+    lines += ["", "| task | speedup over eager | over torch.compile (live) | compiled ms | baseline error |",
+              "| --- | ---: | ---: | ---: | --- |"]
+    first: dict = {}
+    for name, r in live["records"]:  # each task's first candidate is its seed
+        first.setdefault(name, r)
+    for name, r in first.items():
+        lines.append(f"| {name} | {r.speedup or 0:.3f}x | {r.speedup_vs_compiled or 0:.3f}x | "
+                     f"{r.compiled_runtime_ms or 0:.4f} | {r.extra.get('compile_baseline_error', '')[:60]} |")
+    return lines
+
+
+def report(args, tasks, one, both, rep_batched, rep_synced, compiled, agree, live=None) -> None:
     lines = [f"Device: {args.device} x {args.gpus}, parts: {args.parts}", "",
              "## Throughput", "",
              "| workers | evaluations (correct) | wall | evaluations/min | per GPU | host overhead per evaluation "
@@ -229,6 +257,8 @@ def report(args, tasks, one, both, rep_batched, rep_synced, compiled, agree) -> 
     if peaks:
         lines.append(f"Measured peaks: {peaks['bytes_per_s'] / 1e12:.2f} TB/s copy bandwidth, "
                      f"{peaks['flops_per_s'] / 1e12:.0f} TFLOP/s fp16 matmul ({peaks['source']})")
+    if live:
+        lines += live_lines(one, live)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

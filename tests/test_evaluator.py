@@ -174,6 +174,10 @@ def test_settings_are_validated():
         EvaluatorSettings(device="tpu")
     with pytest.raises(ValueError, match="seed"):
         EvaluatorSettings(seeds=())
+    with pytest.raises(ValueError, match="compile_timing"):
+        EvaluatorSettings(compile_timing="sometimes")
+    with pytest.raises(ValueError, match="time_shapes"):
+        EvaluatorSettings(time_shapes="some")
     assert os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -213,13 +217,25 @@ def test_a_speedup_beyond_the_roofline_is_reverified_then_rejected(evaluator, se
     assert plausible.status is Status.CORRECT and 0 < plausible.roofline_fraction < 1
 
 
-def test_torch_compile_baseline_is_timed_and_chained(evaluator, settings_restored):
+@pytest.mark.parametrize("timing", ["live", "cached"])
+def test_torch_compile_baseline_is_timed(evaluator, settings_restored, timing):
     # aot_eager exercises the path without a C++ toolchain; on GPUs the default is inductor.
-    _with(evaluator, compile_baseline=True, compile_backend="aot_eager")
+    _with(evaluator, compile_baseline=True, compile_backend="aot_eager", compile_timing=timing)
     result = evaluator.evaluate("double", TASK, candidate())
     assert result.status is Status.CORRECT, result.reason
-    assert result.compiled_runtime_ms > 0
+    assert result.compiled_runtime_ms > 0 and "compile_baseline_error" not in result.extra
     assert result.speedup_vs_compiled == pytest.approx(result.compiled_runtime_ms / result.runtime_ms)
+
+
+def test_every_shape_set_is_timed_when_asked(evaluator, settings_restored):
+    assert "shape_timings" not in evaluator.evaluate("double", TASK, candidate()).extra
+    _with(evaluator, time_shapes="all")
+    result = evaluator.evaluate("double", TASK, candidate())
+    assert result.status is Status.CORRECT, result.reason
+    timings = result.extra["shape_timings"]
+    assert [(t["shape"], t["numel"]) for t in timings] == [({"n": 127}, 127), ({"n": 4097}, 4097)]
+    assert all(t["speedup"] > 0 and t["speedup_noise"] >= 0.01 and t["runtime_ms"] > 0 for t in timings)
+    assert timings[-1]["speedup"] == pytest.approx(result.speedup)  # the largest is the main timing
 
 
 def test_a_candidate_over_the_memory_limit_is_killed(evaluator, settings_restored):
@@ -256,3 +272,18 @@ def test_candidates_have_no_network(evaluator):
     with pytest.raises(socket.timeout):
         server.accept()
     server.close()
+
+
+def test_interleaved_timing_pairs_each_baseline_with_the_candidate():
+    import time
+
+    from evaluator.timing import time_interleaved
+
+    def sleeper(ms):
+        return lambda: time.sleep(ms / 1e3)
+
+    timed = time_interleaved(sleeper(2), {"twice": sleeper(4), "thrice": sleeper(6)}, "cpu",
+                             warmup=1, reps=9, budget_s=5.0, batch=1)
+    assert set(timed) == {"twice", "thrice"}
+    assert timed["twice"].candidate is timed["thrice"].candidate and timed["twice"].candidate.samples == 9
+    assert 1.6 < timed["twice"].ratio < 2.4 and 2.4 < timed["thrice"].ratio < 3.6
