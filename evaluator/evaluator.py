@@ -115,5 +115,12 @@ class Evaluator:
                     "traceback": reply.get("log", "")}
         return reply
 
+    def compile_seed(self, task_name: str, task_source: str) -> dict:
+        """A seed kernel from torch.compile's Triton: ``{"ok": True, "source"}`` or ``{"ok": False, "error"}``."""
+        reply = self._request("compile_seed", task_name, task_source)
+        if "sandbox" in reply or "harness_error" in reply:
+            return {"ok": False, "error": reply.get("reason") or reply.get("harness_error")}
+        return reply
+
     def close(self) -> None:
         self.worker.close()

@@ -20,7 +20,7 @@ from evaluator.correctness import Verifier
 from evaluator.guards import compiled_kernels, timer_identities, timers_tampered, uninstall_launch_counter
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
-from evaluator import baseline, roofline
+from evaluator import baseline, compile_seed, roofline
 from evaluator.timing import time_interleaved, time_side_by_side
 
 
@@ -28,6 +28,8 @@ def handle(request: dict) -> dict:
     kind = request.get("kind", "evaluate")
     if kind == "check_task":
         return check_task(request)
+    if kind == "compile_seed":
+        return make_compile_seed(request)
     if kind == "evaluate":
         return evaluate(request).to_dict()
     raise ValueError(f"unknown request kind {kind!r}")
@@ -87,6 +89,26 @@ def check_task(request: dict) -> dict:
         return {"ok": True, "shapes": len(shapes), "warnings": warnings}
     except Exception as exc:  # the user's reference: report whatever it raised
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": error_text(exc)}
+
+
+def make_compile_seed(request: dict) -> dict:
+    """A seed kernel from inductor's Triton for the task's reference (on a GPU)."""
+    device, scratch = request["device"], Path(request["scratch"])
+    if not device.startswith("cuda"):
+        return {"ok": False, "error": "seeds from torch.compile need a GPU (inductor generates Triton only for GPUs)"}
+    try:
+        problem = _load_module(request["task_source"], scratch, "task")
+        reference = _build(problem.Model, problem, device)
+        shape = select_shapes(problem, device, request["cpu_max_numel"])[-1]  # no size-1 dims to specialise on
+        code, graph_inputs = compile_seed.capture(reference, make_inputs(problem, shape, 0, device))
+        source = compile_seed.seed_from_inductor(code, graph_inputs, request["task_source"],
+                                                 origin=f", torch {torch.__version__}")
+        return {"ok": True, "source": source, "graph_inputs": graph_inputs}
+    except compile_seed.NoSeed as exc:
+        return {"ok": False, "error": str(exc)}
+    except Exception as exc:  # the compiler or the user's reference
+        return {"ok": False, "error": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:500]}",
+                "traceback": error_text(exc)}
 
 
 def evaluate(request: dict) -> EvalResult:

@@ -46,6 +46,7 @@ class Components:
     inspiration: Inspiration
     cvt_cells: int  # 0: a grid archive
     progress: bool
+    compile_seeds: bool = True  # tasks without a seed kernel start from torch.compile's Triton (GPU)
 
 
 def instantiate_node(node, what: str):
@@ -129,7 +130,7 @@ def build(cfg: DictConfig) -> Components:
         descriptors=by_names(cfg.archive.descriptors, continuous=cvt_cells > 0),
         selection=instantiate_node(cfg.selection, "selection"),
         inspiration=instantiate_node(cfg.inspiration, "inspiration"), cvt_cells=cvt_cells,
-        progress=bool(cfg.run.progress),
+        progress=bool(cfg.run.progress), compile_seeds=bool(cfg.run.get("compile_seeds", True)),
     )
 
 

@@ -5,6 +5,7 @@ checked before anything is written, so a failed start leaves no run state.
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -20,6 +21,7 @@ from evo.config import Components
 from evo.controller import Controller
 from evo.errors import RunDirError, TaskError
 from evo.progress import RunEvents
+from evo.task import Task
 from evo.summary import summary_rows, summary_table
 from islands import Island, LocalBackend
 
@@ -108,6 +110,22 @@ def _make_backend(c: Components, device: str, gpus: int, resume_count: int):
     return RayBackend(c.ray, islands, c.evaluator, device, workers, c.run.proposals_per_island)
 
 
+def _with_seed(task: Task, backend, from_compile: bool, console: Console) -> Task:
+    """The task, with a seed kernel derived from torch.compile's Triton if it ships none."""
+    if task.seeds:
+        return task
+    missing = (f"task {task.name} ({task.path}) has no seed kernel: the search starts from one. Put a "
+               f"candidate defining ModelNew in seeds/{Path(task.path).name} beside the problem file, "
+               "or name it with SEED = 'path.py' in the problem file")
+    if not from_compile:
+        raise TaskError(missing + " (on a GPU, run.compile_seeds=true derives one from torch.compile)")
+    reply = backend.compile_seed(task.name, task.source)
+    if not reply.get("ok"):
+        raise TaskError(f"{missing}; deriving one from torch.compile failed: {reply.get('error')}")
+    console.print(f"task {task.name}: seed kernel derived from torch.compile's Triton kernels")
+    return dataclasses.replace(task, seeds=(reply["source"],))
+
+
 def run_search(c: Components, config_yaml: str, console: Console | None = None) -> list[dict]:
     console = console or Console()
     run_dir = Path(c.run.dir).expanduser().resolve()
@@ -138,11 +156,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
                 raise TaskError(f"the reference of task {task.name} ({task.path}) failed: {check.get('error')}")
             for warning in check.get("warnings", []):
                 console.print(f"[yellow]task {task.name}: {warning}")
-            if not task.seeds:
-                raise TaskError(
-                    f"task {task.name} ({task.path}) has no seed kernel: the search starts from one. Put a "
-                    f"candidate defining ModelNew in seeds/{Path(task.path).name} beside the problem file, "
-                    "or name it with SEED = 'path.py' in the problem file")
+        tasks = [_with_seed(task, backend, c.compile_seeds and device == "cuda", console) for task in c.tasks]
         run_dir.mkdir(parents=True, exist_ok=True)
         lock = _lock_run_dir(run_dir)  # held until this process exits, however it exits
         # run.json first: from then on the directory is a run that a later start resumes.
@@ -163,7 +177,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
         if c.steering is not None:
             c.steering.budget.resume(archive.llm_spend())  # budgets span the whole run, resumes included
         try:
-            Controller(settings=c.run, tasks=c.tasks, archive=archive, backend=backend, migration=c.migration,
+            Controller(settings=c.run, tasks=tasks, archive=archive, backend=backend, migration=c.migration,
                        events=events, resume_count=resume_count, selection=c.selection,
                        inspiration=c.inspiration, steering=c.steering).run()
         except ArchiveError as exc:

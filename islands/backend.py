@@ -43,6 +43,9 @@ class LocalBackend:
     def check_task(self, task_name: str, task_source: str) -> dict:
         return self.evaluators[0].check_task(task_name, task_source)
 
+    def compile_seed(self, task_name: str, task_source: str) -> dict:
+        return self.evaluators[0].compile_seed(task_name, task_source)
+
     def close(self) -> None:
         self._proposal_pool.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -127,6 +127,9 @@ class RayBackend:
     def check_task(self, task_name: str, task_source: str) -> dict:
         return self._ray.get(self.evaluators[0].check_task.remote(task_name, task_source))
 
+    def compile_seed(self, task_name: str, task_source: str) -> dict:
+        return self._ray.get(self.evaluators[0].compile_seed.remote(task_name, task_source))
+
     def close(self) -> None:
         try:
             self._ray.get([e.close.remote() for e in self.evaluators], timeout=30)
