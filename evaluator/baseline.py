@@ -3,9 +3,10 @@
 Two ways to time it (``evaluator.compile_timing``):
 
 - ``live``: every evaluation compiles the reference (inductor's cache in the
-  worker's scratch directory is warm after the task's first candidate, and the
-  worker imported the compiler before forking) and times it interleaved with
-  the candidate and the eager reference, call by call.
+  worker's scratch directory is warm after the task's first candidate; the
+  worker cannot import the compiler before forking, since importing inductor
+  initialises CUDA) and times it interleaved with the candidate and the eager
+  reference, call by call.
 - ``cached``: the first candidate of a task that a worker times compiles the
   reference and times compiled against eager side by side; that ratio is
   cached in the worker's scratch directory, and later candidates chain it with

@@ -233,16 +233,31 @@ def _source_name(node) -> str:
 
 def capture(reference, inputs: list) -> tuple[str, list[str]]:
     """Inductor's output module for ``reference(*inputs)`` compiled with dynamic shapes, and the
-    sources of its graph inputs in dynamo's order (that of the wrapper's ``call(args)``)."""
+    sources of its graph inputs in dynamo's order (that of the wrapper's ``call(args)``).
+
+    Dynamo may compile more than once (a recompilation, a graph break): a second call
+    shows which graphs really run, and exactly one must.
+    """
+    from unittest import mock
+
     import torch
     from torch._inductor.compile_fx import compile_fx
-    from torch._inductor.utils import run_and_get_code
+    from torch._inductor.graph import GraphLowering
 
-    graphs: list[list[str]] = []
+    codes: list[str] = []
+    graphs: list[dict] = []
 
     def backend(gm, example_inputs):
-        graphs.append([_source_name(n) for n in gm.graph.nodes if n.op == "placeholder"])
-        return compile_fx(gm, example_inputs)
+        first = len(codes)
+        compiled = compile_fx(gm, example_inputs)
+        graph = {"inputs": [_source_name(n) for n in gm.graph.nodes if n.op == "placeholder"],
+                 "codes": codes[first:], "calls": 0}
+        graphs.append(graph)
+
+        def counted(*args):
+            graph["calls"] += 1
+            return compiled(*args)
+        return counted
 
     torch._dynamo.reset()
     try:
@@ -253,8 +268,14 @@ def capture(reference, inputs: list) -> tuple[str, list[str]]:
         fx_config.use_duck_shape = False
     except (ImportError, AttributeError):
         pass
-    with torch.no_grad():
-        _, codes = run_and_get_code(torch.compile(reference, backend=backend, dynamic=True), *inputs)
-    if len(graphs) != 1 or len(codes) != 1:
-        raise NoSeed(f"torch.compile split the reference into {len(graphs)} graphs ({len(codes)} outputs)")
-    return codes[0], graphs[0]
+    compiled = torch.compile(reference, backend=backend, dynamic=True)
+    with torch.no_grad(), mock.patch.object(GraphLowering, "save_output_code", staticmethod(codes.append)):
+        compiled(*inputs)
+        for graph in graphs:
+            graph["calls"] = 0
+        compiled(*inputs)
+    used = [g for g in graphs if g["calls"]]
+    if len(used) != 1 or len(used[0]["codes"]) != 1:
+        raise NoSeed(f"torch.compile runs the reference as {len(used)} graphs "
+                     f"({len(graphs)} compiled): a seed needs exactly one")
+    return used[0]["codes"][0], used[0]["inputs"]

@@ -72,7 +72,7 @@ class Evaluator:
         self.settings = settings
         self.device = device
         self.worker = SandboxWorker(device=device, cuda_index=cuda_index, scratch_root=scratch_root,
-                                    cache_dir=settings.cache_dir, preload_compiler=self._compile_baseline() is not None)
+                                    cache_dir=settings.cache_dir)
 
     def _request(self, kind: str, task_name: str, task_source: str, **extra) -> dict:
         timing = self.settings.timing if self.device == "cuda" else self.settings.cpu_timing

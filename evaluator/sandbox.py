@@ -25,8 +25,7 @@ _ALLOWED_ENV = (
 )
 
 
-def worker_environment(device: str, cuda_index: int | None, scratch: Path, cache_dir: Path,
-                       preload_compiler: bool = False) -> dict:
+def worker_environment(device: str, cuda_index: int | None, scratch: Path, cache_dir: Path) -> dict:
     env = {k: os.environ[k] for k in _ALLOWED_ENV if k in os.environ}
     env.update(
         HOME=str(scratch), TMPDIR=str(scratch), EVO_SCRATCH=str(scratch),
@@ -34,8 +33,6 @@ def worker_environment(device: str, cuda_index: int | None, scratch: Path, cache
         # inductor's caches live under TMPDIR (the worker's scratch): warm after a task's first compile
         TORCHINDUCTOR_COMPILE_THREADS="1",
     )
-    if preload_compiler:
-        env["EVO_PRELOAD_COMPILER"] = "1"
     if device == "cpu":
         env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
     elif cuda_index is not None:
@@ -51,13 +48,11 @@ class SandboxWorker:
     """One worker process, restarted whenever it dies or hangs."""
 
     def __init__(self, *, device: str, cuda_index: int | None = None, scratch_root: str | None = None,
-                 cache_dir: str | None = None, startup_timeout_s: float = 180.0, grace_s: float = 30.0,
-                 preload_compiler: bool = False):
+                 cache_dir: str | None = None, startup_timeout_s: float = 180.0, grace_s: float = 30.0):
         self.device = device
         self.cuda_index = cuda_index
         self.scratch = Path(tempfile.mkdtemp(prefix="evo-worker-", dir=scratch_root))
         self.cache_dir = Path(cache_dir) if cache_dir else self.scratch / "triton-cache"
-        self.preload_compiler = preload_compiler  # the torch.compile baseline: import inductor before forking
         self.startup_timeout_s = startup_timeout_s
         self.grace_s = grace_s
         self.restarts = -1
@@ -68,7 +63,7 @@ class SandboxWorker:
     def start(self) -> None:
         self.close()
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        env = worker_environment(self.device, self.cuda_index, self.scratch, self.cache_dir, self.preload_compiler)
+        env = worker_environment(self.device, self.cuda_index, self.scratch, self.cache_dir)
         self._log = open(self.scratch / "worker.log", "ab")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "evaluator.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

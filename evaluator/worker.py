@@ -184,11 +184,6 @@ def main() -> None:
     from evaluator.guards import warm_up
 
     warm_up()  # CPU only: the worker never initialises CUDA, its children do
-    if os.environ.get("EVO_PRELOAD_COMPILER"):
-        # Importing dynamo and inductor takes seconds: done once here, not in every child
-        # that compiles the reference for the torch.compile baseline.
-        import torch._dynamo  # noqa: F401
-        import torch._inductor.compile_fx  # noqa: F401
 
     _send(protocol, {"ready": True, "pid": os.getpid(), "torch": torch.__version__,
                      "triton": triton.__version__})

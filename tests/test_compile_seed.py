@@ -1,5 +1,6 @@
 """Seeds from torch.compile: inductor's output (captured on an H200, tests/data/inductor/) made into
 candidates that the evaluator accepts, here through Triton's interpreter."""
+import shutil
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,19 @@ def test_the_cpu_evaluator_explains_that_compile_seeds_need_a_gpu(evaluator):
     task = load_tasks("default", names=["gelu"])[0]
     reply = evaluator.compile_seed(task.name, task.source)
     assert reply["ok"] is False and "need a GPU" in reply["error"]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="inductor on the CPU needs a C++ compiler")
+def test_capture_records_the_graph_inputs_in_the_wrappers_order():
+    # On the CPU inductor writes C++, not Triton: this checks the capture and the mapping only.
+    from evaluator.compile_seed import capture
+
+    task = load_tasks("default", names=["rmsnorm"])[0]
+    namespace: dict = {}
+    exec(compile(task.source, task.path, "exec"), namespace)
+    reference = namespace["Model"](*namespace["get_init_inputs"]())
+    code, graph_inputs = capture(reference, namespace["get_inputs"](rows=7, cols=129))
+    assert graph_inputs == [*sizes("x"), "L['self'].eps", "L['weight']"]
+    assert "def call(" in code
+    with pytest.raises(NoSeed, match="no Triton kernel|besides Triton"):
+        seed_from_inductor(code, graph_inputs, task.source)
