@@ -17,6 +17,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive import statements as sql
 from archive.centroids import load_or_draw_centroids
+from archive.exchange import Exchange
 from archive.schema import SchemaError, make_engine, upgrade
 from archive.statistics import Statistics
 from evaluator.result import EvalResult
@@ -50,12 +51,13 @@ class Insert(str, enum.Enum):
     NOT_ADDED = "not_added"
 
 
-class Archive(Statistics):
+class Archive(Exchange, Statistics):
     """Programs, evaluations, lineage and per-(task, island) MAP-Elites cells.
 
     Hot paths (inserts, sampling) use SQLAlchemy Core statements: one
-    short transaction each, no ORM unit of work.  The statistics and LLM spend
-    (:class:`archive.statistics.Statistics`) are a mixin over the same connection.
+    short transaction each, no ORM unit of work.  Migration and reseeding
+    (:class:`archive.exchange.Exchange`) and the statistics and LLM spend
+    (:class:`archive.statistics.Statistics`) are mixins over the same connection.
     """
 
     def __init__(self, url: str, *, descriptors=DEFAULT_DESCRIPTORS, cvt_cells: int = 0, seed: int = 0,
@@ -71,7 +73,9 @@ class Archive(Statistics):
         # Write-through caches, coherent because this object is the database's only writer:
         # the cells of each task, and evaluated programs (immutable once evaluated).
         self._cells: dict[str, dict[tuple[int, str], tuple[int, float]]] = {}
-        self._staged: list[tuple[str, int, str, int, float]] = []
+        # Cell changes of the open write transaction, (task, island, key) -> (program_id, fitness), or
+        # None for an emptied cell: read before the cache, so one transaction may change a cell twice.
+        self._staged: dict[tuple[str, int, str], tuple[int, float] | None] = {}
         self._evaluated: OrderedDict[int, Program] = OrderedDict()
         try:
             upgrade(url, busy_timeout_s=busy_timeout_s)
@@ -107,9 +111,12 @@ class Archive(Statistics):
         except BaseException:
             self._staged.clear()
             raise
-        for task, island, key, program_id, fitness in self._staged:
+        for (task, island, key), elite in self._staged.items():
             if task in self._cells:
-                self._cells[task][(island, key)] = (program_id, fitness)
+                if elite is None:
+                    self._cells[task].pop((island, key), None)
+                else:
+                    self._cells[task][(island, key)] = elite
         self._staged.clear()
 
     def close(self) -> None:
@@ -203,7 +210,7 @@ class Archive(Statistics):
 
     def _place(self, c, task: str, island: int, program_id: int, key: str, fitness: float,
                noise: float = 0.0) -> Insert:
-        current = self._task_cells(c, task).get((island, key))
+        current = self._cell(c, task, island, key)
         if current is None:
             c.execute(sql.INSERT_CELL, dict(task=task, island=island, key=key, program_id=program_id,
                                          fitness=fitness, updated_at=time.time()))
@@ -213,8 +220,18 @@ class Archive(Statistics):
             outcome = Insert.IMPROVED
         else:
             return Insert.NOT_ADDED
-        self._staged.append((task, island, key, program_id, fitness))
+        self._staged[(task, island, key)] = (program_id, fitness)
         return outcome
+
+    def _cell(self, c, task: str, island: int, key: str) -> tuple[int, float] | None:
+        """(program_id, fitness) of a cell's elite as this transaction sees it; None: empty."""
+        if (task, island, key) in self._staged:
+            return self._staged[(task, island, key)]
+        return self._task_cells(c, task).get((island, key))
+
+    def _empty(self, c, task: str, island: int, key: str) -> None:
+        c.execute(sql.DELETE_CELL, dict(t=task, i=island, k=key))
+        self._staged[(task, island, key)] = None
 
     def _task_cells(self, c, task: str) -> dict[tuple[int, str], tuple[int, float]]:
         cells = self._cells.get(task)
@@ -322,16 +339,3 @@ class Archive(Statistics):
             elites = [EliteCell(key, pid, fitness) for key, pid, fitness in cells if pid != exclude]
             picks = strategy.pick(elites, parent, k, rng, self.layout)
             return self._programs(c, [e.program_id for e in picks])
-
-    def migrate(self, task: str, src_island: int, dst_island: int, count: int) -> int:
-        """Copy the ``count`` best elites of one island into another's cells; returns how many moved in."""
-        moved = 0
-        with self._write() as c:
-            cells = sorted(((key, pid, fitness) for (island, key), (pid, fitness) in self._task_cells(c, task).items()
-                            if island == src_island), key=lambda cell: cell[2], reverse=True)[:count]
-            for key, program_id, fitness in cells:
-                if self._place(c, task, dst_island, program_id, key, fitness) is not Insert.NOT_ADDED:
-                    c.execute(insert(sql.MIGRATIONS).values(program_id=program_id, task=task, src_island=src_island,
-                                                         dst_island=dst_island, created_at=time.time()))
-                    moved += 1
-        return moved
