@@ -282,3 +282,30 @@ def test_with_one_island_reseeding_is_a_no_op(tmp_path, builtin_tasks):
     events = run_loop(url, builtin_tasks["gelu"], 8, IslandsBackend(1, speedup=0.5),
                       MigrationSettings(interval=2, reseed_after=2))
     assert not [kind for kind, _ in events if kind == "reseeded"] and migration_rows(url) == []
+
+
+# -- reading a run ----------------------------------------------------------------------------
+def test_the_reader_counts_migrations_by_kind_also_in_an_archive_from_before_kinds(tmp_path):
+    from alembic import command
+
+    from archive.queries import ArchiveReader
+    from archive.schema import _config
+
+    archive = Archive(f"sqlite:///{tmp_path / 'new.db'}")
+    a, b = elite(archive, 256, 3.0, island=0), elite(archive, 512, 1.0, island=1)
+    archive.migrate("t", [(0, 1)], count=1)
+    archive.migrate("t", [(1, 0)], count=2, move=True)  # a is there already; b moves
+    archive.reseed("t", 1)
+    archive.close()
+    reader = ArchiveReader(path=tmp_path / "new.db")
+    assert reader.migration_counts() == {"copy": 1, "move": 1, "reseed": 2} and a.id != b.id
+    reader.close()
+    engine = create_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    with engine.begin() as conn:  # an archive of schema 3, read without being upgraded
+        command.upgrade(_config(conn), "0003")
+        conn.exec_driver_sql("INSERT INTO programs VALUES (1, 't', 0, 0, 'seed', 'X = 1', 'h1', 'k', 1.0)")
+        conn.exec_driver_sql("INSERT INTO migrations VALUES (1, 1, 't', 0, 1, 2.0)")
+    engine.dispose()
+    reader = ArchiveReader(path=tmp_path / "old.db")
+    assert reader.migration_counts() == {"copy": 1}
+    reader.close()
