@@ -18,7 +18,7 @@ from sqlalchemy import and_, case, create_engine, func, inspect, null, select
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive.store import ArchiveError
-from archive.statements import CELLS, EVALUATIONS, LINEAGE, LLM_CALLS, PROGRAMS, STATS
+from archive.statements import CELLS, EVALUATIONS, LINEAGE, LLM_CALLS, MIGRATIONS, PROGRAMS, STATS
 
 P, E, L = PROGRAMS.c, EVALUATIONS.c, LLM_CALLS.c
 CORRECT = "correct"
@@ -111,6 +111,14 @@ class ArchiveReader:
         return self._one(select(func.count(E.id).label("n")).select_from(EVALUATIONS.join(PROGRAMS, P.id == E.program_id))
                          .where(P.operator != "seed"))["n"]
 
+    def migration_counts(self) -> dict[str, int]:
+        """Elites placed on another island, by kind (copy, move, reseed; all copies before schema 4)."""
+        M = MIGRATIONS.c
+        if "kind" not in self._columns("migrations"):
+            return {"copy": self._one(select(func.count(M.id).label("n")))["n"]}
+        return {r["kind"]: r["n"] for r in self._rows(select(M.kind, func.count(M.id).label("n"))
+                                                      .group_by(M.kind).order_by(M.kind))}
+
     def started_at(self) -> float | None:
         return self._one(select(func.min(P.created_at).label("t")))["t"]
 
@@ -120,14 +128,14 @@ class ArchiveReader:
         where = [P.task == task, E.status == CORRECT, E.speedup.is_not(None)]
         if min_speedup is not None:
             where.append(E.speedup >= min_speedup)
-        present = self._evaluation_columns()
+        present = self._columns("evaluations")
         newer = [E[name] if name in present else null().label(name) for name in NEWER_FIELDS]
         return self._rows(select(*KERNEL_FIELDS, *newer).select_from(EVALUATED).where(*where)
                           .order_by(E.speedup.desc(), P.id).limit(k))
 
-    def _evaluation_columns(self) -> set[str]:
+    def _columns(self, table: str) -> set[str]:
         try:
-            return {c["name"] for c in inspect(self.engine).get_columns("evaluations")}
+            return {c["name"] for c in inspect(self.engine).get_columns(table)}
         except (DatabaseError, OperationalError) as exc:
             raise ArchiveError(f"cannot read archive {self.where}: {exc.orig}") from None
 

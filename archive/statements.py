@@ -5,7 +5,7 @@ than running it, so the hot statements take bind parameters instead.
 """
 from __future__ import annotations
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 
 from archive.models import (
     CellRow, CentroidRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow, ShapeTimingRow,
@@ -21,8 +21,10 @@ INSERT_LINEAGE = insert(LINEAGE)
 INSERT_EVALUATION = insert(EVALUATIONS)
 INSERT_SHAPE_TIMING = insert(SHAPE_TIMINGS)
 INSERT_LLM_CALL = insert(LLM_CALLS)
+INSERT_MIGRATION = insert(MIGRATIONS)
 CELL_WHERE = (CELLS.c.task == bindparam("t"), CELLS.c.island == bindparam("i"), CELLS.c.key == bindparam("k"))
 INSERT_CELL = insert(CELLS)
+DELETE_CELL = delete(CELLS).where(*CELL_WHERE)
 UPDATE_CELL = update(CELLS).where(*CELL_WHERE).values(
     program_id=bindparam("pid"), fitness=bindparam("f"), updated_at=bindparam("now"))
 CHILD_COUNTS = (select(LINEAGE.c.parent_id, func.count()).where(

@@ -17,8 +17,10 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive import statements as sql
 from archive.centroids import load_or_draw_centroids
+from archive.exchange import Exchange
 from archive.schema import SchemaError, make_engine, upgrade
-from evaluator.result import EvalResult, Status
+from archive.statistics import Statistics
+from evaluator.result import EvalResult
 from evo.descriptors import DEFAULT_DESCRIPTORS, analyse, cell_key, complete, describe, parse_cell_key
 from evo.errors import EvoError
 from evo.inspiration import BestThenRandom, Inspiration
@@ -49,11 +51,13 @@ class Insert(str, enum.Enum):
     NOT_ADDED = "not_added"
 
 
-class Archive:
+class Archive(Exchange, Statistics):
     """Programs, evaluations, lineage and per-(task, island) MAP-Elites cells.
 
     Hot paths (inserts, sampling) use SQLAlchemy Core statements: one
-    short transaction each, no ORM unit of work.
+    short transaction each, no ORM unit of work.  Migration and reseeding
+    (:class:`archive.exchange.Exchange`) and the statistics and LLM spend
+    (:class:`archive.statistics.Statistics`) are mixins over the same connection.
     """
 
     def __init__(self, url: str, *, descriptors=DEFAULT_DESCRIPTORS, cvt_cells: int = 0, seed: int = 0,
@@ -69,7 +73,9 @@ class Archive:
         # Write-through caches, coherent because this object is the database's only writer:
         # the cells of each task, and evaluated programs (immutable once evaluated).
         self._cells: dict[str, dict[tuple[int, str], tuple[int, float]]] = {}
-        self._staged: list[tuple[str, int, str, int, float]] = []
+        # Cell changes of the open write transaction, (task, island, key) -> (program_id, fitness), or
+        # None for an emptied cell: read before the cache, so one transaction may change a cell twice.
+        self._staged: dict[tuple[str, int, str], tuple[int, float] | None] = {}
         self._evaluated: OrderedDict[int, Program] = OrderedDict()
         try:
             upgrade(url, busy_timeout_s=busy_timeout_s)
@@ -105,9 +111,12 @@ class Archive:
         except BaseException:
             self._staged.clear()
             raise
-        for task, island, key, program_id, fitness in self._staged:
+        for (task, island, key), elite in self._staged.items():
             if task in self._cells:
-                self._cells[task][(island, key)] = (program_id, fitness)
+                if elite is None:
+                    self._cells[task].pop((island, key), None)
+                else:
+                    self._cells[task][(island, key)] = elite
         self._staged.clear()
 
     def close(self) -> None:
@@ -166,6 +175,10 @@ class Archive:
         with self._tx() as c:
             return c.scalar(sql.FIND_HASH, dict(t=task, h=source_hash or normalized_hash(source)))
 
+    def has_programs(self, task: str) -> bool:
+        with self._tx() as c:
+            return c.scalar(select(sql.PROGRAMS.c.id).where(sql.PROGRAMS.c.task == task).limit(1)) is not None
+
     def record_evaluation(self, program: Program, result: EvalResult, meta: dict[str, str] | None = None) -> Insert:
         """Store the result and, if correct and best in its cell beyond the noise, make it the elite.
 
@@ -197,7 +210,7 @@ class Archive:
 
     def _place(self, c, task: str, island: int, program_id: int, key: str, fitness: float,
                noise: float = 0.0) -> Insert:
-        current = self._task_cells(c, task).get((island, key))
+        current = self._cell(c, task, island, key)
         if current is None:
             c.execute(sql.INSERT_CELL, dict(task=task, island=island, key=key, program_id=program_id,
                                          fitness=fitness, updated_at=time.time()))
@@ -207,8 +220,18 @@ class Archive:
             outcome = Insert.IMPROVED
         else:
             return Insert.NOT_ADDED
-        self._staged.append((task, island, key, program_id, fitness))
+        self._staged[(task, island, key)] = (program_id, fitness)
         return outcome
+
+    def _cell(self, c, task: str, island: int, key: str) -> tuple[int, float] | None:
+        """(program_id, fitness) of a cell's elite as this transaction sees it; None: empty."""
+        if (task, island, key) in self._staged:
+            return self._staged[(task, island, key)]
+        return self._task_cells(c, task).get((island, key))
+
+    def _empty(self, c, task: str, island: int, key: str) -> None:
+        c.execute(sql.DELETE_CELL, dict(t=task, i=island, k=key))
+        self._staged[(task, island, key)] = None
 
     def _task_cells(self, c, task: str) -> dict[tuple[int, str], tuple[int, float]]:
         cells = self._cells.get(task)
@@ -316,97 +339,3 @@ class Archive:
             elites = [EliteCell(key, pid, fitness) for key, pid, fitness in cells if pid != exclude]
             picks = strategy.pick(elites, parent, k, rng, self.layout)
             return self._programs(c, [e.program_id for e in picks])
-
-    def migrate(self, task: str, src_island: int, dst_island: int, count: int) -> int:
-        """Copy the ``count`` best elites of one island into another's cells; returns how many moved in."""
-        moved = 0
-        with self._write() as c:
-            cells = sorted(((key, pid, fitness) for (island, key), (pid, fitness) in self._task_cells(c, task).items()
-                            if island == src_island), key=lambda cell: cell[2], reverse=True)[:count]
-            for key, program_id, fitness in cells:
-                if self._place(c, task, dst_island, program_id, key, fitness) is not Insert.NOT_ADDED:
-                    c.execute(insert(sql.MIGRATIONS).values(program_id=program_id, task=task, src_island=src_island,
-                                                         dst_island=dst_island, created_at=time.time()))
-                    moved += 1
-        return moved
-
-    # -- statistics -----------------------------------------------------------
-    def stats(self, task: str) -> dict:
-        """Counts and quality-diversity figures of one task over all islands."""
-        P, E = sql.PROGRAMS.c, sql.EVALUATIONS.c
-        with self._tx() as c:
-            programs = c.scalar(select(func.count()).select_from(sql.PROGRAMS).where(P.task == task))
-            by_status = dict(c.execute(select(E.status, func.count()).join(sql.PROGRAMS, P.id == E.program_id)
-                                       .where(P.task == task).group_by(E.status)).all())
-            seed_speedup = c.scalar(select(func.max(E.speedup)).join(sql.PROGRAMS, P.id == E.program_id)
-                                    .where(P.task == task, P.operator == "seed",
-                                           E.status == Status.CORRECT.value))
-        return {
-            "programs": programs,
-            "evaluations": sum(by_status.values()),
-            "correct": by_status.get(Status.CORRECT.value, 0),
-            "by_status": by_status,
-            "seed_speedup": seed_speedup,
-            **self.qd_figures(task),
-        }
-
-    def qd_figures(self, task: str, island: int | None = None) -> dict:
-        """Cells, coverage, QD-score (sum of elite speedups) and best, of one island or all."""
-        with self._tx() as c:
-            fitness = [f for _, _, f in self._elite_cells(c, task, island)]
-        return {"cells": len(fitness), "coverage": len(fitness) / self.layout.size,
-                "qd_score": float(sum(fitness)), "best_speedup": max(fitness) if fitness else None}
-
-    def record_stats(self, tasks: list[str], islands: int, children_done: int) -> None:
-        """Append each task's figures, per island and over all (island -1), to the history (one transaction)."""
-        now = time.time()
-        rows = [dict(self.qd_figures(task, island), task=task, island=-1 if island is None else island,
-                     children_done=children_done, created_at=now)
-                for task in tasks for island in (None, *range(islands))]
-        if rows:
-            with self._tx() as c:
-                c.execute(insert(sql.STATS), rows)
-
-    def stats_history(self, task: str, island: int = -1) -> list[dict]:
-        with self._tx() as c:
-            rows = c.execute(select(sql.STATS).where(sql.STATS.c.task == task, sql.STATS.c.island == island)
-                             .order_by(sql.STATS.c.id)).mappings().all()
-        return [dict(r) for r in rows]
-
-    def child_evaluation_count(self) -> int:
-        """Evaluations of programs the search made (seeds excluded): the budget's unit."""
-        seeds = select(sql.PROGRAMS.c.id).where(sql.PROGRAMS.c.operator == "seed")
-        with self._tx() as c:
-            # All evaluations minus the seeds' (few, found through the operator index).
-            total = c.scalar(select(func.count()).select_from(sql.EVALUATIONS))
-            of_seeds = c.scalar(select(func.count()).select_from(sql.EVALUATIONS)
-                                .where(sql.EVALUATIONS.c.program_id.in_(seeds)))
-            return total - of_seeds
-
-    def has_programs(self, task: str) -> bool:
-        with self._tx() as c:
-            return c.scalar(select(sql.PROGRAMS.c.id).where(sql.PROGRAMS.c.task == task).limit(1)) is not None
-
-    def record_llm_calls(self, calls: list[dict], *, task: str, island: int, operator: str,
-                         program_id: int | None) -> None:
-        """One row per request attempt (``program_id``: the program it made, if any)."""
-        if calls:
-            with self._tx() as c:
-                self._insert_llm_calls(c, calls, task=task, island=island, operator=operator, program_id=program_id)
-
-    _LLM_CALL_COLUMNS = frozenset(sql.LLM_CALLS.columns.keys())
-
-    def _insert_llm_calls(self, c, calls: list[dict], **fields) -> None:
-        now = time.time()
-        for call in calls:
-            c.execute(sql.INSERT_LLM_CALL, dict({k: v for k, v in call.items() if k in self._LLM_CALL_COLUMNS},
-                                                **fields, created_at=now))
-
-    def llm_spend(self) -> dict:
-        L = sql.LLM_CALLS.c
-        with self._tx() as c:
-            calls, cost, errors, tokens = c.execute(select(
-                func.count(L.id), func.coalesce(func.sum(L.cost_usd), 0.0),
-                func.count(L.id).filter(L.error != ""),
-                func.coalesce(func.sum(L.prompt_tokens + L.completion_tokens), 0))).one()
-        return {"calls": calls, "cost_usd": float(cost), "errors": errors, "tokens": int(tokens)}

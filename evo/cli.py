@@ -126,7 +126,7 @@ def status_command(args: list[str]) -> int:
         with open_run(picked["run.dir"]) as run:
             rows, operators = run.task_rows(), run.archive.operator_rates()
             models, spend = run.archive.model_rates(), run.archive.llm_spend()
-            children = run.archive.child_evaluation_count()
+            children, migrations = run.archive.child_evaluation_count(), run.archive.migration_counts()
     except EvoError as exc:
         return _fail(str(exc))
     console = Console()
@@ -136,6 +136,8 @@ def status_command(args: list[str]) -> int:
         console.print(model_table(models))
     console.print(f"children evaluated: {children}; resumes: {run.info.get('resumes', 0)}; "
                   f"LLM calls: {spend['calls']}, {spend['errors']} failed (${spend['cost_usd']:.4f})")
+    moved = ", ".join(f"{n} {kind}" for kind, n in migrations.items()) or "none"
+    console.print(f"elites placed on other islands: {moved} (seeds are copied to every island)")
     return 0
 
 

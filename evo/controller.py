@@ -28,7 +28,8 @@ from evo.kernel_source import normalized_hash
 from evo.program import Program
 from evo.selection import Selection, Uniform
 from evo.task import Task
-from islands.migration import MigrationSettings, ring
+from islands.migration import MigrationSettings, round_rng
+from islands.stagnation import RESEEDS_META, Stagnation
 from operators.base import Context, Proposal
 from operators.llm import LLMRepair
 from operators.steering import LLMSteering
@@ -97,6 +98,7 @@ class Controller:
         self._in_flight_hashes: set[tuple[str, str]] = set()
         self._lost_evaluations: dict[int, int] = {}  # program id -> evaluator deaths while evaluating it
         self._sequence = 0  # proposals started in this run, resumes included (restored in _start)
+        self.stagnation = Stagnation(0)  # islands without a new best, when reseeding is on (built in _start)
 
     # -- bookkeeping ---------------------------------------------------------
     def _committed(self) -> int:
@@ -118,6 +120,13 @@ class Controller:
         self._sequence = int(self.archive.get_meta(SEQUENCE_META) or 0)
         self.children_done = self.archive.child_evaluation_count()
         self._ready = {name for name in self.tasks if self.archive.has_elites(name)}
+        if self.migration.reseed_after > 0 and self.backend.island_count > 1:
+            self.stagnation = Stagnation.replay(self.migration.reseed_after,
+                                                self.archive.evaluation_outcomes(list(self.tasks)),
+                                                self.archive.get_meta(RESEEDS_META))
+            for task, island in self.stagnation.stagnant():  # a run stopped before it could reseed them
+                if island < self.backend.island_count:
+                    self._reseed(task, island)
         for program in self.archive.pending():  # in flight when the last run stopped
             if program.task in self.tasks:
                 self._enqueue(program)
@@ -276,10 +285,14 @@ class Controller:
             self._ready.add(program.task)
         if program.operator != "seed":
             self._learn(program, result, insert)
+        speedup = result.speedup if result.correct else None
         if program.operator == "seed":
-            for island in range(1, self.backend.island_count):  # every island starts from the seeds
-                self.archive.migrate(program.task, 0, island, count=1 << 30)
+            # Every island starts from the seeds.
+            self.archive.migrate(program.task, [(0, i) for i in range(1, self.backend.island_count)], 1 << 30)
+            self.stagnation.seeded(program.task, speedup)
         else:
+            if self.stagnation.evaluated(program.task, program.island, speedup, result.speedup_noise):
+                self._reseed(program.task, program.island)
             before, self.children_done = self.children_done, self.children_done + 1
             if self.migration.due(before, self.children_done):
                 self._migrate()
@@ -318,8 +331,22 @@ class Controller:
         self.archive.record_stats(list(self.tasks), self.backend.island_count, self.children_done)
 
     def _migrate(self) -> None:
-        moved = 0
-        for task in self._ready:
-            for src, dst in ring(self.backend.island_count):
-                moved += self.archive.migrate(task, src, dst, self.migration.migrants)
-        self.events("migrated", moved=moved)
+        # The round's draws depend on the run seed and its ordinal only, so a resume draws the same.
+        topology = self.migration.topology
+        pairs = topology.pairs(self.backend.island_count, round_rng(self.settings.seed, self.children_done))
+        moved = sum(self.archive.migrate(task, pairs, self.migration.migrants, move=self.migration.mode == "move")
+                    for task in sorted(self._ready))
+        self.events("migrated", moved=moved, topology=topology.name, mode=self.migration.mode, pairs=pairs,
+                    ordinal=self.children_done)
+
+    def _reseed(self, task: str, island: int) -> None:
+        """Replace a stagnant island's elites of ``task`` with the other islands' best ones."""
+        others = [self.archive.qd_figures(task, i)["best_speedup"] for i in range(self.backend.island_count)
+                  if i != island]
+        if not any(best is not None for best in others):
+            return  # nothing to reseed from yet; tried again after the island's next evaluation
+        stagnant_for = self.stagnation.evaluations_since_best(task, island)
+        meta = self.stagnation.reseed_meta(task, island, max(best for best in others if best is not None))
+        elites = self.archive.reseed(task, island, meta)  # one transaction, with the record of it in meta
+        self.stagnation.reseeded(task, island, meta)
+        self.events("reseeded", task=task, island=island, elites=elites, stagnant_for=stagnant_for)

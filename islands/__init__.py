@@ -2,7 +2,9 @@
 
 Public names:
     Island                  -- an island's RNG stream and operator mix (plain class)
-    MigrationSettings, ring -- when and where elites migrate
+    MigrationSettings       -- when elites migrate, how many, copied or moved, and reseeding
+    Topology, Ring, FullyConnected, RandomPartner, round_rng -- which islands send to which
+    Stagnation              -- which islands have stopped improving (derived from the archive)
     LocalBackend            -- islands and evaluators in this process (threads)
     RayBackend, RaySettings -- the same as Ray actors (``islands.ray_backend``; imports Ray)
 
@@ -11,6 +13,8 @@ May import ``operators``, ``evaluator`` and ``evo`` domain modules; only
 """
 from islands.backend import LocalBackend
 from islands.island import Island
-from islands.migration import MigrationSettings, ring
+from islands.migration import FullyConnected, MigrationSettings, RandomPartner, Ring, Topology, round_rng
+from islands.stagnation import Stagnation
 
-__all__ = ["Island", "LocalBackend", "MigrationSettings", "ring"]
+__all__ = ["FullyConnected", "Island", "LocalBackend", "MigrationSettings", "RandomPartner", "Ring", "Stagnation",
+           "Topology", "round_rng"]

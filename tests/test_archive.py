@@ -81,9 +81,9 @@ def test_migration_copies_elites_and_records_provenance(archive):
     archive.record_evaluation(a, ok(3.0))
     b = add(archive, src(512), island=0)
     archive.record_evaluation(b, ok(1.0))
-    assert archive.migrate("t", 0, 1, count=1) == 1
+    assert archive.migrate("t", [(0, 1)], count=1) == 1
     assert [p.id for p in archive.elites("t", 1)] == [a.id]
-    assert archive.migrate("t", 0, 1, count=1) == 0  # already there, not better
+    assert archive.migrate("t", [(0, 1)], count=1) == 0  # already there, not better
 
 
 def test_pending_duplicates_and_counts(archive):

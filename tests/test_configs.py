@@ -88,6 +88,20 @@ def test_every_selection_strategy_builds(name, tmp_path):
     assert build(cfg(f"run.dir={tmp_path}", f"selection={name}")).selection.name == name
 
 
+@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "topology").glob("*.yaml")))
+def test_every_migration_topology_builds(name, tmp_path):
+    c = build(cfg(f"run.dir={tmp_path}", f"topology={name}", "islands.migration.mode=move",
+                  "islands.migration.reseed_after=50"))
+    assert c.migration.topology.name == name and (c.migration.mode, c.migration.reseed_after) == ("move", 50)
+
+
+def test_migration_defaults_are_a_copying_ring_without_reseeding(tmp_path):
+    c = build(cfg(f"run.dir={tmp_path}"))
+    assert (c.migration.topology.name, c.migration.mode, c.migration.reseed_after) == ("ring", "copy", 0)
+    with pytest.raises(ConfigError, match="copy or move"):
+        build(cfg(f"run.dir={tmp_path}", "islands.migration.mode=swap"))
+
+
 @pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")))
 def test_every_experiment_config_builds(name, tmp_path):
     c = build(cfg(f"experiment={name}", f"run.dir={tmp_path}"))

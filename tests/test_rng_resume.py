@@ -47,12 +47,12 @@ class FakeBackend:
         pass
 
 
-def run(url, task, budget, backend, resume_count):
+def run(url, task, budget, backend, resume_count, migration=MigrationSettings(), events=None):
     archive = Archive(url)
     controller = Controller(settings=RunSettings(dir="unused", seed=7, budget_evaluations=budget,
                                                  proposals_per_island=1, inspirations=2),
-                            tasks=[task], archive=archive, backend=backend, migration=MigrationSettings(),
-                            resume_count=resume_count)
+                            tasks=[task], archive=archive, backend=backend, migration=migration,
+                            resume_count=resume_count, events=events or (lambda kind, **fields: None))
     try:
         controller.run()
     finally:

@@ -24,6 +24,7 @@ def test_status_of_a_finished_run_writes_nothing(small_run, capsys):
         assert column in out
     assert "gelu" in out and "row_sum" in out and "constants" in out and "seed" in out
     assert "children evaluated: 4; resumes: 0; LLM calls: 0, 0 failed ($0.0000)" in out
+    assert "elites placed on other islands: 2 copy" in out  # each task's seed, to island 1
 
 
 def test_status_of_a_running_run_sees_its_last_commit_without_the_lock(small_run, tmp_path):
