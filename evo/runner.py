@@ -98,7 +98,8 @@ def _check_run_dir(run_dir: Path, task_names: list[str]) -> bool:
     return False
 
 
-def _make_backend(c: Components, device: str, gpus: int, resume_count: int):
+def make_backend(c: Components, device: str, gpus: int, resume_count: int):
+    """The islands and evaluators of ``c`` on its backend (also what experiments/pipeline_bench.py drives)."""
     workers = c.evaluator.workers or (gpus if device == "cuda" else 1)
     islands = [Island(i, c.operators, c.weights, c.run.seed, resume_count, c.descriptors)
                for i in range(c.island_count)]
@@ -148,7 +149,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
     console.print(f"{'resuming' if resuming else 'starting'} run in {run_dir}: {len(names)} tasks, "
                   f"{c.island_count} islands, device {device}" + (f" ({gpus} GPUs)" if gpus else ""),
                   soft_wrap=True)
-    backend = _make_backend(c, device, gpus, resume_count)
+    backend = make_backend(c, device, gpus, resume_count)
     try:
         for task in c.tasks:
             check = backend.check_task(task.name, task.source)
