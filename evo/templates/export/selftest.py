@@ -83,7 +83,9 @@ def _shape_sets(problem, device: str) -> list[tuple[dict, int]]:
 
 def bucket_shape(sets: list[tuple[dict, int]], max_numel: int | None) -> dict:
     """The shape set a bucket is timed on: the largest of at most ``max_numel`` elements (None: the largest)."""
-    fitting = [sn for sn in sets if max_numel is None or sn[1] <= max_numel] or sets
+    fitting = [sn for sn in sets if max_numel is None or sn[1] <= max_numel]
+    if not fitting:  # every shape set that runs here is larger than the bucket
+        return min(sets, key=lambda sn: sn[1])[0]
     return max(reversed(fitting), key=lambda sn: sn[1])[0]  # on equal sizes the later shape set
 
 
