@@ -6,7 +6,7 @@ it neither creates nor changes anything and never waits on the run's
 ``archive.models``.  It works on a run that is still going: in WAL mode
 readers see the last committed state without blocking the writer.  Columns
 added by later schema versions (``roofline_fraction``, ``speedup_vs_compiled``,
-...) may be NULL.
+...) may be NULL, and tables they added (``shape_timings``, ``cvt_centroids``) read as empty.
 """
 from __future__ import annotations
 
@@ -18,9 +18,11 @@ from sqlalchemy import and_, case, create_engine, func, inspect, null, select
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive.store import ArchiveError
-from archive.statements import CELLS, EVALUATIONS, LINEAGE, LLM_CALLS, MIGRATIONS, PROGRAMS, STATS
+from archive.statements import (
+    CELLS, CENTROIDS, EVALUATIONS, LINEAGE, LLM_CALLS, MIGRATIONS, PROGRAMS, SHAPE_TIMINGS, STATS,
+)
 
-P, E, L = PROGRAMS.c, EVALUATIONS.c, LLM_CALLS.c
+P, E, L, S = PROGRAMS.c, EVALUATIONS.c, LLM_CALLS.c, SHAPE_TIMINGS.c
 CORRECT = "correct"
 # The latest evaluation of each program (a program evaluated again after a resume keeps its last result).
 LATEST = select(func.max(E.id).label("id")).group_by(E.program_id).subquery()
@@ -128,14 +130,50 @@ class ArchiveReader:
         where = [P.task == task, E.status == CORRECT, E.speedup.is_not(None)]
         if min_speedup is not None:
             where.append(E.speedup >= min_speedup)
+        return self._kernels(where, limit=k)
+
+    def kernels(self, ids) -> list[dict]:
+        """The correct programs among ``ids``, with their latest evaluation as :meth:`best_kernels` gives them."""
+        return self._kernels([P.id.in_(list(ids)), E.status == CORRECT])
+
+    def _kernels(self, where: list, limit: int | None = None) -> list[dict]:
         present = self._columns("evaluations")
         newer = [E[name] if name in present else null().label(name) for name in NEWER_FIELDS]
         return self._rows(select(*KERNEL_FIELDS, *newer).select_from(EVALUATED).where(*where)
-                          .order_by(E.speedup.desc(), P.id).limit(k))
+                          .order_by(E.speedup.desc(), P.id).limit(limit))
+
+    def shape_timings(self, task: str) -> list[dict]:
+        """Per correct program of the task, its latest evaluation's timing of each shape set (schema 4,
+        ``evaluator.time_shapes=all``): program_id, shape, numel, speedup, speedup_noise, runtime_ms,
+        ref_runtime_ms; smallest shape first.  Empty when no evaluation timed its shapes separately."""
+        if not self._has_table("shape_timings"):
+            return []
+        return self._rows(select(P.id.label("program_id"), S.shape, S.numel, S.speedup, S.speedup_noise,
+                                 S.runtime_ms, S.ref_runtime_ms)
+                          .select_from(EVALUATED.join(SHAPE_TIMINGS, S.evaluation_id == E.id))
+                          .where(P.task == task, E.status == CORRECT).order_by(S.numel, S.shape, P.id))
+
+    def centroids(self) -> list[list[float]]:
+        """A CVT archive's centroids (one list of coordinates per cell, by cell index); empty for a grid."""
+        if not self._has_table("cvt_centroids"):
+            return []
+        rows = self._rows(select(CENTROIDS).order_by(CENTROIDS.c.cell, CENTROIDS.c.axis))
+        out: list[list[float]] = []
+        for r in rows:
+            if r["cell"] == len(out):
+                out.append([])
+            out[r["cell"]].append(r["value"])
+        return out
 
     def _columns(self, table: str) -> set[str]:
         try:
             return {c["name"] for c in inspect(self.engine).get_columns(table)}
+        except (DatabaseError, OperationalError) as exc:
+            raise ArchiveError(f"cannot read archive {self.where}: {exc.orig}") from None
+
+    def _has_table(self, table: str) -> bool:
+        try:
+            return inspect(self.engine).has_table(table)
         except (DatabaseError, OperationalError) as exc:
             raise ArchiveError(f"cannot read archive {self.where}: {exc.orig}") from None
 

@@ -5,15 +5,22 @@ The package (``out=PATH``; its name is the last path component)::
     PATH/__init__.py       TASKS: task name -> module
     PATH/<task>.py         REFERENCE_SOURCE and ``<task>(...)``, with the reference forward's arguments
     PATH/kernels/<k>.py    each kernel's source, as evaluated
-    PATH/manifest.json     per task: kernels (speedups, roofline fraction, device, versions,
-                           source hashes, lineage ids) and buckets (which kernel serves which
-                           device class and input size); the history of exports
+    PATH/manifest.json     per task: kernels (speedups, per-bucket speedups, roofline fraction,
+                           device, versions, source hashes, lineage ids) and buckets (which kernel
+                           serves which device class and input size); the history of exports
     PATH/_runtime.py       dispatch;  PATH/selftest.py: ``python -m PACKAGE.selftest``
 
-Exporting into an existing library merges: per task, device class and shape
-bucket, a kernel leaves only for a faster one (at least ``top_k`` are kept),
-and what left is kept in the manifest's history.  Shapes are not searched
-separately yet, so every kernel serves the bucket ``all``.
+Shape buckets: where the run timed every shape set of a task
+(``evaluator.time_shapes=all``), each timed shape set is a bucket
+(:mod:`evo.shape_buckets`) and gets the ``top_k`` kernels fastest on it; a
+kernel serving several buckets is written once.  Otherwise the task has one
+bucket, ``all``, whose speedup was timed on the largest shape set, so it
+competes with the largest shape set's bucket: both serve ``max_numel=None``.
+
+Exporting into an existing library merges: per task, device class and bucket
+(its ``max_numel``), a kernel leaves only for one faster on that bucket (each
+bucket keeps the largest ``top_k`` the task was exported with), and what left
+is kept in the manifest's history.
 """
 from __future__ import annotations
 
@@ -34,13 +41,15 @@ import jinja2
 
 from evo.errors import ConfigError, EvoError
 from evo.run_view import RunView
+from evo.shape_buckets import best_per_bucket, speedups_by_program
 from evo.task import Task
 
-FORMAT, FORMAT_VERSION = "evo-kernel-library", 1
+# Format 2: a kernel lists its speedup per bucket (``shapes``); format 1 had one ``bucket`` per kernel.
+FORMAT, FORMAT_VERSION = "evo-kernel-library", 2
 TEMPLATES = Path(__file__).parent / "templates" / "export"
 STATIC_FILES = ("_runtime.py", "selftest.py")
 RESERVED = {"_runtime", "selftest", "kernels", "manifest"}
-ALL_SHAPES = dict(bucket="all", max_numel=None)  # the one bucket while shapes are not searched separately
+ALL_SHAPES = "all"  # the one bucket of a task whose shape sets were not timed separately
 
 
 def _runtime_module():
@@ -112,61 +121,119 @@ def read_library(out: Path) -> dict | None:
                        "choose another out= path; nothing was written")
     if manifest.get("format_version", 0) > FORMAT_VERSION:
         raise EvoError(f"the library {out} was written by a newer evo (format {manifest['format_version']})")
+    return _upgrade(manifest)
+
+
+def _upgrade(manifest: dict) -> dict:
+    """A format 1 manifest as format 2: each kernel's one bucket becomes its ``shapes`` list."""
+    if manifest.get("format_version", 1) < 2:
+        for entry in manifest["tasks"].values():
+            for k in entry["kernels"]:
+                k["shapes"] = [dict(bucket=k.pop("bucket", ALL_SHAPES), max_numel=k.pop("max_numel", None),
+                                    speedup=k["speedup"], speedup_noise=k.get("speedup_noise"))]
+            entry["buckets"] = _buckets(entry["kernels"])
+            per_class = [k["device_class"] for k in entry["kernels"]]
+            entry["top_k"] = max((per_class.count(c) for c in per_class), default=1)
+        manifest["format_version"] = FORMAT_VERSION
     return manifest
 
 
-def _kernel_entry(run: RunView, task: Task, module: str, row: dict, versions: dict, device_class) -> dict:
+def _candidates(run: RunView, task: str, options: ExportOptions) -> tuple[list[dict], dict[int, list[dict]]]:
+    """(program rows to export, per program id the buckets it competes for with its speedup there).
+
+    With shape timings: the ``top_k`` fastest on each bucket; without: the ``top_k`` fastest overall,
+    for the bucket ``all``.
+    """
+    timings = run.archive.shape_timings(task)
+    if not timings:
+        rows = run.archive.best_kernels(task, options.top_k, options.min_speedup)
+        return rows, {r["id"]: [dict(bucket=ALL_SHAPES, max_numel=None, speedup=r["speedup"],
+                                     speedup_noise=r["speedup_noise"])] for r in rows}
+    speedups = speedups_by_program(timings)
+    chosen = {pid for best in best_per_bucket(speedups, options.top_k, options.min_speedup).values()
+              for pid, _ in best}
+    shapes = {pid: [dict(bucket=s.bucket.name, max_numel=s.bucket.max_numel, speedup=s.speedup,
+                         speedup_noise=s.speedup_noise)
+                    for s in speedups[pid] if options.min_speedup is None or s.speedup >= options.min_speedup]
+              for pid in chosen}
+    return run.archive.kernels(chosen), shapes
+
+
+def _kernel_entry(run: RunView, task: Task, module: str, row: dict, shapes: list[dict], versions: dict,
+                  device_class) -> dict:
     return dict(
-        module=module, **ALL_SHAPES, device=row["device"], device_class=device_class(row["device"]),
+        module=module, device=row["device"], device_class=device_class(row["device"]),
         speedup=row["speedup"], speedup_vs_compiled=row["speedup_vs_compiled"],
         roofline_fraction=row["roofline_fraction"], speedup_noise=row["speedup_noise"],
-        runtime_ms=row["runtime_ms"], ref_runtime_ms=row["ref_runtime_ms"],
+        runtime_ms=row["runtime_ms"], ref_runtime_ms=row["ref_runtime_ms"], shapes=shapes,
         timing_representative=bool(row["timing_representative"]),
         source_hash=row["source_hash"], source_sha256=hashlib.sha256(row["source"].encode()).hexdigest(),
         reference_hash=task.source_hash, program_id=row["id"], operator=row["operator"],
         lineage=run.archive.lineage(row["id"]), run=str(run.dir), evaluated_at=row["created_at"], **versions)
 
 
-def merge_kernels(old: list[dict], new: list[dict], top_k: int) -> tuple[list[dict], list[dict]]:
-    """(kept, dropped): per device class and bucket the fastest, at least ``top_k`` and as many as before.
+def _speedup_on(kernel: dict, group: tuple) -> dict | None:
+    """The kernel's entry of ``shapes`` for the group (device class, max_numel), if it competes there."""
+    if kernel["device_class"] != group[0]:
+        return None
+    return next((s for s in kernel["shapes"] if s["max_numel"] == group[1]), None)
 
-    An old kernel leaves only for faster ones: on ties the old one stays.
+
+def _groups(kernels: list[dict]) -> list[tuple]:
+    """(device class, max_numel) of every bucket the kernels compete for, the largest bucket last."""
+    groups = dict.fromkeys((k["device_class"], s["max_numel"]) for k in kernels for s in k["shapes"])
+    return sorted(groups, key=lambda g: (g[0], g[1] is None, g[1] or 0))
+
+
+def merge_kernels(old: list[dict], new: list[dict], top_k: int) -> tuple[list[dict], list[dict]]:
+    """(kept, dropped): per device class and bucket the ``top_k`` fastest there; the rest is dropped.
+
+    An old kernel leaves only for faster ones: on ties the old one stays.  The same kernel (source
+    hash) on the same device class is kept once, as measured by whichever export found it faster.
+    Callers pass at least the ``top_k`` the library was built with, so no bucket loses kernels.
     """
-    kept, dropped = [], []
-    groups = dict.fromkeys((k["device_class"], k["bucket"]) for k in [*old, *new])
-    for group in groups:
-        olds = [k for k in old if (k["device_class"], k["bucket"]) == group]
-        pool: dict[str, dict] = {}
-        for k in [*olds, *(k for k in new if (k["device_class"], k["bucket"]) == group)]:
-            if k["source_hash"] not in pool or k["speedup"] > pool[k["source_hash"]]["speedup"]:
-                pool[k["source_hash"]] = k
-        ranked = sorted(pool.values(), key=lambda k: -k["speedup"])  # stable: old first on ties
-        kept += ranked[:max(top_k, len(olds))]
-        dropped += [k for k in olds if k not in kept]
-    return kept, dropped
+    pool: dict[tuple, dict] = {}
+    for k in [*old, *new]:
+        same = (k["device_class"], k["source_hash"])
+        if same not in pool or k["speedup"] > pool[same]["speedup"]:
+            pool[same] = k
+    kept: list[dict] = []
+    for group in _groups([*old, *new]):
+        ranked = sorted((k for k in pool.values() if _speedup_on(k, group)),
+                        key=lambda k: -_speedup_on(k, group)["speedup"])  # stable: old first on ties
+        kept += [k for k in ranked[:top_k] if not any(k is c for c in kept)]
+    dropped = [k for k in old if not any(k is c for c in kept)]
+    return sorted(kept, key=lambda k: -k["speedup"]), dropped
 
 
 def _buckets(kernels: list[dict]) -> list[dict]:
-    best: dict[tuple, dict] = {}
-    for k in kernels:
-        key = (k["device_class"], k["bucket"], k["max_numel"])
-        if key not in best or k["speedup"] > best[key]["speedup"]:
-            best[key] = k
-    return [dict(device_class=d, name=b, max_numel=m, kernel=k["module"]) for (d, b, m), k in best.items()]
+    """The dispatch table: per device class and bucket, the kernel fastest there."""
+    out = []
+    for group in _groups(kernels):
+        best = max((k for k in kernels if _speedup_on(k, group)), key=lambda k: _speedup_on(k, group)["speedup"])
+        on = _speedup_on(best, group)
+        out.append(dict(device_class=group[0], name=on["bucket"], max_numel=group[1], kernel=best["module"],
+                        speedup=on["speedup"], speedup_noise=on["speedup_noise"]))
+    return out
 
 
-def _changes(task: str, before: list[dict], after: list[dict], dropped: list[dict]) -> list[dict]:
+def _changes(task: str, before: list[dict], after: list[dict], dropped: list[dict],
+             buckets: list[dict]) -> list[dict]:
     added = [k for k in after if not any(k is b for b in before)]
-    out = [dict(task=task, action="added", kernel=k["module"], speedup=k["speedup"], device_class=k["device_class"])
-           for k in added]
+    serves = {id(k): [b["name"] for b in buckets
+                      if b["kernel"] == k["module"] and b["device_class"] == k["device_class"]] for k in added}
+    out = [dict(task=task, action="added", kernel=k["module"], speedup=k["speedup"], device_class=k["device_class"],
+                serves=serves[id(k)]) for k in added]
     out += [dict(task=task, action="dropped", kernel=k["module"], speedup=k["speedup"],
                  device_class=k["device_class"], entry=k) for k in dropped]
     return out
 
 
 def _describe(change: dict) -> str:
+    serves = change.get("serves")
+    buckets = f"; serves {', '.join(serves)}" if serves and serves != [ALL_SHAPES] else ""
     return (f"{change['task']}: {change['action']} {change['kernel']} "
-            f"({change['speedup']:.3f}x on {change['device_class']})")
+            f"({change['speedup']:.3f}x on {change['device_class']}{buckets})")
 
 
 def export_run(run: RunView, out: Path, options: ExportOptions) -> list[str]:
@@ -187,7 +254,7 @@ def export_run(run: RunView, out: Path, options: ExportOptions) -> list[str]:
     versions = dict(torch=torch.__version__, triton=triton.__version__, python=platform.python_version())
     sources, changes, skipped = {}, [], []
     for task in tasks:
-        rows = run.archive.best_kernels(task.name, options.top_k, options.min_speedup)
+        rows, shapes = _candidates(run, task.name, options)
         entry = manifest["tasks"].get(task.name)
         if entry is not None and entry["reference_hash"] != task.source_hash:
             raise EvoError(f"task {task.name} of {out} was exported from another version of its problem file "
@@ -201,14 +268,17 @@ def export_run(run: RunView, out: Path, options: ExportOptions) -> list[str]:
             signature, call = forward_signature(task.source)
             entry = manifest["tasks"][task.name] = dict(
                 module=_module_name(task.name, taken), signature=signature, call=call,
-                reference_hash=task.source_hash, kernels=[], buckets=[])
-        new = [_kernel_entry(run, task, f"{entry['module']}_{r['source_hash'][:12]}", r, versions,
-                             runtime.device_class) for r in rows]
-        kept, dropped = merge_kernels(entry["kernels"], new, options.top_k)
+                reference_hash=task.source_hash, top_k=options.top_k, kernels=[], buckets=[])
+        new = [_kernel_entry(run, task, f"{entry['module']}_{r['source_hash'][:12]}", r, shapes[r["id"]],
+                             versions, runtime.device_class) for r in rows]
+        # Per bucket the library keeps as many kernels as the largest top_k it was exported with.
+        entry["top_k"] = max(options.top_k, entry.get("top_k", 1))
+        kept, dropped = merge_kernels(entry["kernels"], new, entry["top_k"])
         # Kernels the library keeps from before are copied as they are; only new ones are written.
         sources.update({k["module"]: r["source"] for k, r in zip(new, rows) if any(k is c for c in kept)})
-        changes += _changes(task.name, entry["kernels"], kept, dropped)
-        entry["kernels"], entry["buckets"] = kept, _buckets(kept)
+        buckets = _buckets(kept)
+        changes += _changes(task.name, entry["kernels"], kept, dropped, buckets)
+        entry["kernels"], entry["buckets"] = kept, buckets
     if len(skipped) == len(tasks):
         floor = f" with a speedup of at least {options.min_speedup}" if options.min_speedup is not None else ""
         raise EvoError(f"the run {run.dir} has no correct kernel{floor} for {', '.join(skipped)}; nothing written")

@@ -3,9 +3,12 @@
 The page (``report.html``, from ``templates/report.html.jinja``) embeds every
 plot as base64 and loads nothing from anywhere else.  Sections: the task
 table, best speedup over time, QD-score and coverage over time (the
-archive's ``stats_history``), a descriptor heatmap per task, operator and LLM
-model success rates, LLM cost over time, and the lineage of each task's best
-kernel with the diffs along it.  Reads the run read-only (see ``run_view``).
+archive's ``stats_history``), an archive heatmap per task (a grid archive's
+descriptor grid; a CVT archive's centroids projected on two descriptor axes),
+each task's speedup per shape set where the run timed them
+(``evaluator.time_shapes=all``), operator and LLM model success rates, LLM
+cost over time, and the lineage of each task's best kernel with the diffs along
+it.  Reads the run read-only (see ``run_view``).
 """
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from evo.descriptors import parse_cell_key
+from evo.layouts import CVT
 from evo.run_view import RunView
+from evo.shape_buckets import best_per_bucket, speedups_by_program
 
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_DIFF_LINES = 400  # per step of a lineage
@@ -77,6 +82,13 @@ def qd_plot(run: RunView) -> bytes:
 
 
 def heatmap_plot(run: RunView, task: str) -> bytes:
+    """The task's archive coloured by elite speedup: a CVT's cells, or the descriptor grid."""
+    if run.cvt_cells:
+        return cvt_plot(run, task)
+    return grid_plot(run, task)
+
+
+def grid_plot(run: RunView, task: str) -> bytes:
     """The task's descriptor grid (first two descriptors; the best over any others), coloured by speedup."""
     d = run.descriptors
     x_desc, y_desc = d[0], (d[1] if len(d) > 1 else None)
@@ -97,6 +109,56 @@ def heatmap_plot(run: RunView, task: str) -> bytes:
     if np.isnan(grid).all():
         _empty(ax, "no elite yet")
     return _png(fig)
+
+
+def cvt_projection(run: RunView, task: str) -> dict:
+    """A CVT archive's centroids on the two descriptor axes along which the task's filled cells vary most.
+
+    Returns x, y (one per cell), speedup (the cell's elite's best over islands; NaN when empty),
+    and the axes' descriptor names.  With one descriptor every y is 0.
+    """
+    centroids = np.asarray(run.archive.centroids(), dtype=float).reshape(-1, len(run.descriptors))
+    speedup = np.full(len(centroids), np.nan)
+    for key, fitness in run.archive.cell_fitness(task).items():
+        cell = CVT.index(key)
+        if cell is not None and cell < len(centroids):
+            speedup[cell] = np.fmax(speedup[cell], fitness)
+    filled = ~np.isnan(speedup)
+    spread = centroids[filled].std(axis=0) if filled.sum() > 1 else np.zeros(centroids.shape[1])
+    axes = sorted(np.argsort(-spread, kind="stable")[:2])  # ties (nothing filled yet): the first descriptors
+    y = centroids[:, axes[1]] if len(axes) > 1 else np.zeros(len(centroids))
+    return dict(x=centroids[:, axes[0]], y=y, speedup=speedup, axes=[run.descriptors[a].name for a in axes])
+
+
+def cvt_plot(run: RunView, task: str) -> bytes:
+    cells = cvt_projection(run, task)
+    filled = ~np.isnan(cells["speedup"])
+    fig, (ax,) = _figure(7, 3.2)
+    ax.scatter(cells["x"][~filled], cells["y"][~filled], s=14, color="#bbbbbb", label="empty cell")
+    points = ax.scatter(cells["x"][filled], cells["y"][filled], c=cells["speedup"][filled], cmap="viridis", s=40,
+                        edgecolors="black", linewidths=0.4)
+    fig.colorbar(points, ax=ax, label="speedup (x)")
+    others = len(run.descriptors) - len(cells["axes"])
+    ax.set(xlim=(-0.03, 1.03), ylim=(-0.03, 1.03) if len(cells["axes"]) > 1 else (-1, 1), xlabel=f"{cells['axes'][0]} (scaled to 0..1)",
+           ylabel=f"{cells['axes'][1]} (scaled to 0..1)" if len(cells["axes"]) > 1 else "",
+           title=f"{task}: elite speedup per CVT cell ({int(filled.sum())} of {len(filled)} filled"
+                 + (f"; {others} more descriptor{'s' * (others > 1)} not shown)" if others else ")"))
+    if not len(filled):
+        _empty(ax, "no centroids stored")
+    elif not filled.any():
+        _empty(ax, "no elite yet")
+    return _png(fig)
+
+
+def shape_rows(run: RunView, task: str) -> list[dict]:
+    """Per timed shape set (shape bucket) of the task: the fastest kernel there, and how the task's best
+    kernel (the fastest on the timing shape) does there.  Empty without shape timings."""
+    speedups = speedups_by_program(run.archive.shape_timings(task))
+    best = run.archive.best_kernels(task, 1)
+    overall = {s.bucket: s.speedup for s in speedups.get(best[0]["id"], [])} if best else {}
+    return [dict(shape=bucket.name, numel=bucket.numel, program=program, speedup=s.speedup, noise=s.speedup_noise,
+                 best_program=best[0]["id"] if best else None, best_speedup=overall.get(bucket))
+            for bucket, [(program, s)] in best_per_bucket(speedups).items()]
 
 
 def rates_plot(rows: list[dict], name: str, title: str) -> bytes:
@@ -167,6 +229,7 @@ def write_report(run: RunView, out: Path) -> Path:
         operators=operators, models=models, spend=run.archive.llm_spend(),
         children=run.archive.child_evaluation_count(), descriptors=[d.name for d in run.descriptors],
         lineages={task: lineage_steps(run, task) for task in run.tasks},
+        shapes={task: rows for task in run.tasks if (rows := shape_rows(run, task))},
         generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
     path = out / "report.html"
     path.write_text(page, encoding="utf-8")

@@ -23,8 +23,9 @@ class RunView:
     dir: Path
     info: dict  # run.json
     config: object  # the run's config.yaml (an OmegaConf node)
-    descriptors: tuple[Descriptor, ...]
+    descriptors: tuple[Descriptor, ...]  # their continuous variants for a CVT archive
     archive: ArchiveReader
+    cvt_cells: int = 0  # 0: a grid archive
 
     @property
     def tasks(self) -> list[str]:
@@ -42,7 +43,7 @@ class RunView:
     def task_rows(self) -> list[dict]:
         """Per task: programs, evaluations, correct, seed and best speedup, cells, coverage, QD-score."""
         counts = self.archive.task_counts()
-        size = grid_size(self.descriptors)
+        size = self.cvt_cells or grid_size(self.descriptors)
         rows = []
         for name in self.tasks:
             fitness = list(self.archive.cell_fitness(name).values())
@@ -75,7 +76,8 @@ def open_run(run_dir: str | Path) -> RunView:
     try:
         info = json.loads(marker.read_text())
         config = OmegaConf.load(run_dir / "config.yaml")
-        descriptors = by_names(config.archive.descriptors)
+        cvt_cells = int(config.archive.get("cvt_cells") or 0)
+        descriptors = by_names(config.archive.descriptors, continuous=cvt_cells > 0)
         url = config.archive.get("url")
     except (ValueError, KeyError, OSError, AttributeError) as exc:
         raise RunDirError(f"cannot read the run in {run_dir}: {exc}") from None
@@ -86,4 +88,5 @@ def open_run(run_dir: str | Path) -> RunView:
         if not path.is_file():
             raise RunDirError(f"run dir {run_dir} has no archive ({path} is missing): the run never started")
         archive = ArchiveReader(path=path)
-    return RunView(dir=run_dir, info=info, config=config, descriptors=descriptors, archive=archive)
+    return RunView(dir=run_dir, info=info, config=config, descriptors=descriptors, archive=archive,
+                   cvt_cells=cvt_cells)

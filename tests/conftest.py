@@ -77,3 +77,12 @@ def db_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'archive.db'}"
     return request.getfixturevalue("postgres").new_database()
+
+
+@pytest.fixture(scope="session")
+def timed_run(small_run, tmp_path_factory):
+    """A CVT run whose kernels were timed on every shape set (tests/timed_run.py): (run dir, program ids)."""
+    from tests.timed_run import build_timed_run
+
+    run_dir = tmp_path_factory.mktemp("timed_run") / "run"
+    return run_dir, build_timed_run(run_dir, small_run)

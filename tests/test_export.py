@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from evo.cli import main
-from evo.export import _runtime_module, forward_signature, merge_kernels
+from evo.export import _buckets, _runtime_module, forward_signature, merge_kernels
 
 ENGINE = ("evo", "archive", "evaluator", "islands", "operators", "hydra", "ray", "sqlalchemy")
 # Runs the package's selftest with every engine package made unimportable.
@@ -36,7 +36,10 @@ def test_export_writes_a_package_with_a_manifest(library, small_run):
     assert gelu["signature"] == "x" and len(gelu["kernels"]) == 2  # gelu has at least two correct kernels
     best = gelu["kernels"][0]
     assert best["speedup"] >= gelu["kernels"][1]["speedup"]
-    assert gelu["buckets"] == [dict(device_class="cpu", name="all", max_numel=None, kernel=best["module"])]
+    assert gelu["buckets"] == [dict(device_class="cpu", name="all", max_numel=None, kernel=best["module"],
+                                    speedup=best["speedup"], speedup_noise=best["speedup_noise"])]
+    assert best["shapes"] == [dict(bucket="all", max_numel=None, speedup=best["speedup"],
+                                   speedup_noise=best["speedup_noise"])]  # no shape timings in this run
     for key in ("speedup", "roofline_fraction", "device", "torch", "triton", "source_hash", "source_sha256",
                 "reference_hash", "lineage", "program_id", "timing_representative"):
         assert key in best
@@ -103,8 +106,11 @@ def test_export_into_the_library_merges_and_keeps_history(small_run, tmp_path, c
     assert [k["speedup"] for k in gelu["kernels"]][0] == 9.0 and len(gelu["kernels"]) == 2
 
 
-def _kernel(module, speedup, device_class="h100"):
-    return dict(module=module, source_hash=module, speedup=speedup, device_class=device_class, bucket="all")
+def _kernel(module, speedup, device_class="h100", shapes=None):
+    """A manifest kernel entry; ``shapes``: its speedup per bucket (max_numel), else ``speedup`` on ``all``."""
+    shapes = shapes or {None: speedup}
+    return dict(module=module, source_hash=module, speedup=speedup, device_class=device_class,
+                shapes=[dict(bucket=str(m), max_numel=m, speedup=s, speedup_noise=None) for m, s in shapes.items()])
 
 
 def test_merge_replaces_only_with_faster_kernels_of_the_same_device_class():
@@ -112,11 +118,25 @@ def test_merge_replaces_only_with_faster_kernels_of_the_same_device_class():
     kept, dropped = merge_kernels(old, [_kernel("c", 1.9), _kernel("d", 1.0, "a100")], top_k=1)
     assert [k["module"] for k in kept] == ["a", "b"] and dropped == []
     kept, dropped = merge_kernels(old, [_kernel("c", 2.5), _kernel("e", 3.0, "h200")], top_k=1)
-    assert [k["module"] for k in kept] == ["c", "b", "e"] and [k["module"] for k in dropped] == ["a"]
+    assert [k["module"] for k in kept] == ["e", "c", "b"] and [k["module"] for k in dropped] == ["a"]
     kept, _ = merge_kernels(old, [_kernel("c", 2.0)], top_k=1)  # a tie keeps the old kernel
     assert kept[0]["module"] == "a"
     kept, _ = merge_kernels([_kernel("a", 2.0)], [_kernel("c", 2.5), _kernel("f", 1.0)], top_k=2)
     assert [k["module"] for k in kept] == ["c", "a"]
+
+
+def test_merge_replaces_kernels_per_bucket():
+    old = [_kernel("a", 1.0, shapes={100: 3.0, None: 1.0}), _kernel("b", 1.4, shapes={100: 0.5, None: 1.4})]
+    new = [_kernel("c", 2.0, shapes={100: 2.0, None: 2.0})]
+    kept, dropped = merge_kernels(old, new, top_k=1)
+    assert [k["module"] for k in kept] == ["c", "a"] and [k["module"] for k in dropped] == ["b"]
+    assert merge_kernels(old, new, top_k=2)[1] == []  # b is second on the largest bucket
+    buckets = {b["max_numel"]: b["kernel"] for b in _buckets(kept)}
+    assert buckets == {100: "a", None: "c"}  # a stays faster on the small bucket; c takes the largest
+    # A kernel timed on the largest shape set only (bucket all) competes for the largest bucket.
+    kept, dropped = merge_kernels(kept, [_kernel("d", 2.5)], top_k=1)
+    assert {b["max_numel"]: b["kernel"] for b in _buckets(kept)} == {100: "a", None: "d"}
+    assert [k["module"] for k in dropped] == ["c"]
 
 
 def test_device_class_and_signature():
@@ -174,3 +194,95 @@ def test_export_reads_an_archive_of_an_older_schema(small_run, tmp_path):
     assert main(["export", f"run.dir={run_dir}", f"out={tmp_path / 'lib'}", "tasks=row_sum"]) == 0
     kernel = json.loads((tmp_path / "lib" / "manifest.json").read_text())["tasks"]["row_sum"]["kernels"][0]
     assert kernel["roofline_fraction"] is None and kernel["speedup"] > 0
+
+
+@pytest.fixture(scope="module")
+def bucket_library(timed_run, tmp_path_factory):
+    """The export of a run whose kernels were timed on every shape set (tests/timed_run.py)."""
+    run_dir, _ = timed_run
+    out = tmp_path_factory.mktemp("export") / "bucket_lib"
+    assert main(["export", f"run.dir={run_dir}", f"out={out}"]) == 0
+    return out
+
+
+def test_export_gives_each_shape_bucket_its_fastest_kernel(bucket_library, timed_run):
+    _, ids = timed_run
+    small, mid, large = ids["row_sum"]  # fastest on the two smallest shape sets, on the third, on the largest
+    tasks = json.loads((bucket_library / "manifest.json").read_text())["tasks"]
+    row_sum = tasks["row_sum"]
+    program = {k["module"]: k["program_id"] for k in row_sum["kernels"]}
+    assert [(b["name"], b["max_numel"], program[b["kernel"]], b["speedup"]) for b in row_sum["buckets"]] == [
+        ("rows=1,cols=1023", 1023, small, 2.0), ("rows=33,cols=257", 8481, small, 1.8),
+        ("rows=7,cols=4097", 28679, mid, 1.5), ("rows=4096,cols=8192", None, large, 1.6)]
+    assert all(b["speedup_noise"] == 0.01 and b["device_class"] == "cpu" for b in row_sum["buckets"])
+    # Three kernels, each written once; the incorrect program's faster timings are ignored.
+    assert sorted(program.values()) == [small, mid, large]
+    assert len(list((bucket_library / "kernels").glob("row_sum_*.py"))) == 3
+    best = row_sum["kernels"][0]
+    assert best["program_id"] == large and len(best["shapes"]) == 4  # fastest on the largest shape set
+    gelu = tasks["gelu"]
+    assert len(gelu["kernels"]) == 1 and {b["kernel"] for b in gelu["buckets"]} == {gelu["kernels"][0]["module"]}
+    assert [b["max_numel"] for b in gelu["buckets"]] == [1023, 8481, 64643, None]
+
+
+def test_dispatch_picks_the_bucket_by_input_size(bucket_library):
+    code = ("import json, torch; from bucket_lib import _runtime; from bucket_lib.row_sum import row_sum; "
+            "sizes = [(1, 1000), (1, 1023), (1, 1024), (33, 257), (7, 4097), (8, 4097), (5000, 8192)]; "
+            "inputs = [[torch.empty(r, c, device='meta')] for r, c in sizes]; "
+            "print(json.dumps([_runtime.kernel_for('row_sum', i) for i in inputs])); "
+            "x = torch.randn(7, 4097); assert torch.allclose(row_sum(x), x.sum(-1), atol=1e-3)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=bucket_library.parent, capture_output=True, text=True,
+                         timeout=120, env=os.environ | {"TRITON_INTERPRET": "1"})
+    assert out.returncode == 0, out.stderr
+    serving = {b["max_numel"]: b["kernel"]
+               for b in json.loads((bucket_library / "manifest.json").read_text())["tasks"]["row_sum"]["buckets"]}
+    assert json.loads(out.stdout) == [serving[1023], serving[1023], serving[8481], serving[8481], serving[28679],
+                                      serving[None], serving[None]]
+
+
+def test_selftest_checks_every_kernel_on_every_bucket_it_serves(bucket_library):
+    out = selftest(bucket_library, {"TRITON_INTERPRET": "1"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line for line in out.stdout.splitlines() if " ok " in line]
+    assert len(lines) == 8  # row_sum: 2 + 1 + 1 buckets, gelu: 4
+    for bucket in ("rows=1,cols=1023", "rows=33,cols=257", "rows=7,cols=4097", "rows=127,cols=509"):
+        assert any(f" {bucket} " in line and "timed on" not in line for line in lines)
+    # The largest shape sets are too large for the interpreter: timed on the largest that runs.
+    assert sum("rows=4096,cols=8192" in line and "timed on" in line for line in lines) == 2
+
+
+def test_merge_per_bucket_across_exports_with_and_without_shape_timings(small_run, timed_run, tmp_path, capsys):
+    run_dir, ids = timed_run
+    out = tmp_path / "lib"
+    assert main(["export", f"run.dir={small_run}", f"out={out}"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    for entry in manifest["tasks"].values():  # as format 1 wrote it: one bucket per kernel
+        entry.pop("top_k")
+        for k in entry["kernels"]:
+            k.update(bucket="all", max_numel=None)
+            del k["shapes"]
+        entry["buckets"] = [{key: b[key] for key in ("device_class", "name", "max_numel", "kernel")}
+                            for b in entry["buckets"]]
+    manifest["format_version"] = 1
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert main(["export", f"run.dir={run_dir}", f"out={out}"]) == 0
+    printed = capsys.readouterr().out
+    assert "row_sum: added" in printed and "serves rows=1,cols=1023, rows=33,cols=257" in printed
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format_version"] == 2
+    row_sum = manifest["tasks"]["row_sum"]
+    program = {k["module"]: k["program_id"] for k in row_sum["kernels"]}
+    assert [program[b["kernel"]] for b in row_sum["buckets"]] == [ids["row_sum"][0]] * 2 + ids["row_sum"][1:]
+    dropped = [c for c in manifest["history"][-1]["changes"] if c["action"] == "dropped"]
+    assert {c["task"] for c in dropped} == {"gelu", "row_sum"}  # the interpreter's slow 'all' kernels
+    # A kernel of the library faster on one bucket keeps it; the run's kernels keep the others.
+    mid = next(k for k in row_sum["kernels"] if k["program_id"] == ids["row_sum"][1])
+    mid["shapes"][0]["speedup"] = 5.0
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["export", f"run.dir={run_dir}", f"out={out}"]) == 0
+    assert "no kernel changed" in capsys.readouterr().out
+    row_sum = json.loads((out / "manifest.json").read_text())["tasks"]["row_sum"]
+    program = {k["module"]: k["program_id"] for k in row_sum["kernels"]}
+    assert [(program[b["kernel"]], b["speedup"]) for b in row_sum["buckets"]] == [
+        (ids["row_sum"][1], 5.0), (ids["row_sum"][0], 1.8), (ids["row_sum"][1], 1.5), (ids["row_sum"][2], 1.6)]

@@ -7,7 +7,7 @@ import pytest
 
 from evo.cli import main
 
-SECTIONS = ("summary", "best-speedup", "qd", "heatmaps", "operators", "cost", "lineage")
+SECTIONS = ("summary", "best-speedup", "qd", "heatmaps", "shapes", "operators", "cost", "lineage")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WIDTH, HEIGHT = 1280, 2000
 
@@ -16,6 +16,14 @@ WIDTH, HEIGHT = 1280, 2000
 def report(small_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     assert main(["report", f"run.dir={small_run}", f"out={out}"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def cvt_report(timed_run, tmp_path_factory):
+    """The report of a CVT run whose kernels were timed on every shape set (tests/timed_run.py)."""
+    out = tmp_path_factory.mktemp("cvt_report")
+    assert main(["report", f"run.dir={timed_run[0]}", f"out={out}"]) == 0
     return out
 
 
@@ -31,6 +39,30 @@ def test_report_writes_plots_and_a_self_contained_page(report):
     assert "<script" not in html and "<link" not in html and "@import" not in html
     assert "No LLM calls in this run" in html
     assert "<h3>gelu</h3>" in html and "<h3>row_sum</h3>" in html and "class ModelNew" in html  # lineages
+    assert "evaluator.time_shapes=all" in html  # no shape timings in this run
+
+
+def test_report_of_a_cvt_run_with_shape_timings(cvt_report, timed_run):
+    from evo.report import cvt_projection
+    from evo.run_view import open_run
+    from tests.timed_run import CVT_CELLS
+
+    assert {"heatmap_gelu.png", "heatmap_row_sum.png"} <= {p.name for p in cvt_report.glob("*.png")}
+    with open_run(timed_run[0]) as run:
+        cells = cvt_projection(run, "row_sum")
+        coverage = next(r for r in run.task_rows() if r["task"] == "row_sum")["coverage"]
+    assert len(cells["x"]) == len(cells["y"]) == CVT_CELLS and cells["axes"] == ["block_size", "num_warps"]
+    filled = sorted(float(s) for s in cells["speedup"] if s == s)
+    assert filled[-1] == 1.6 and set(filled) <= {0.5, 1.1, 1.6}  # elites' speedups; NaN for empty cells
+    assert coverage == len(filled) / CVT_CELLS
+    html = (cvt_report / "report.html").read_text()
+    shapes = html[html.index('<section id="shapes">'):html.index('<section id="operators">')]
+    _, ids = timed_run
+    row_sum = shapes[shapes.index("<h3>row_sum</h3>"):]
+    for shape, program, speedup in (("rows=1,cols=1023", 0, "2.000x"), ("rows=7,cols=4097", 1, "1.500x"),
+                                    ("rows=4096,cols=8192", 2, "1.600x")):
+        row = row_sum[row_sum.index(f"<td>{shape}</td>"):].split("</tr>")[0]
+        assert f"program {ids['row_sum'][program]}" in row and speedup in row
 
 
 def test_lineage_steps_carry_the_diffs(small_run):
@@ -47,9 +79,11 @@ def test_lineage_steps_carry_the_diffs(small_run):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (apt-get install chromium)")
-def test_the_page_renders_in_headless_chromium(report, tmp_path):
+@pytest.mark.parametrize("which", ["report", "cvt_report"])
+def test_the_page_renders_in_headless_chromium(which, request, tmp_path):
     from PIL import Image
 
+    report = request.getfixturevalue(which)
     shot = tmp_path / "shot.png"
     subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                     "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -52,16 +52,23 @@ def _numel(values) -> int:
 
 
 def kernel_for(task: str, inputs: list) -> str:
-    """The kernel module serving these inputs: the current device class's buckets (any class's if it has none)."""
+    """The kernel module serving these inputs, from the buckets of the current device class (or, if it
+    has none, of the first class listed).
+
+    A bucket serves inputs of up to ``max_numel`` elements (all input tensors together; None: any
+    size): the smallest bucket that fits serves, and inputs larger than every bucket go to the largest.
+    """
     buckets = manifest()["tasks"][task]["buckets"]
     device = next((v.device for v in inputs if isinstance(v, torch.Tensor)), torch.device("cpu"))
+    classes = [b["device_class"] for b in buckets]
     here = current_device_class(device)
-    candidates = [b for b in buckets if b["device_class"] == here] or buckets
+    candidates = [b for b in buckets if b["device_class"] == (here if here in classes else classes[0])]
     numel = _numel(inputs)
-    for bucket in sorted(candidates, key=lambda b: (b["max_numel"] is None, b["max_numel"] or 0)):
+    ordered = sorted(candidates, key=lambda b: (b["max_numel"] is None, b["max_numel"] or 0))
+    for bucket in ordered:
         if bucket["max_numel"] is None or numel <= bucket["max_numel"]:
             return bucket["kernel"]
-    return candidates[-1]["kernel"]
+    return ordered[-1]["kernel"]
 
 
 @functools.lru_cache(maxsize=None)

@@ -3,11 +3,13 @@
 For each task and kernel: the reference ``Model`` and the kernel's ``ModelNew``
 are built alike (seed 0, ``get_init_inputs()``), fed the same inputs from
 ``get_inputs`` (seeded) on every shape set of the task, compared with the
-task's tolerances, then timed side by side the way the engine's evaluator
-times them (interleaved; on a GPU CUDA events, L2 flushed before each call).  Prints a table; exits 1 on any mismatch or
-error, 2 when it cannot run here.  Without a GPU it runs only with
-``TRITON_INTERPRET=1`` (Triton's interpreter, small shapes, timings not
-representative).  Copied unchanged into every exported package.
+task's tolerances, then timed side by side on the shape set of each bucket the
+kernel serves, the way the engine's evaluator times them (interleaved; on a GPU
+CUDA events, L2 flushed before each call).  Prints a table, one line per
+kernel and bucket; exits 1 on any mismatch or error, 2 when it cannot run here.
+Without a GPU it runs only with ``TRITON_INTERPRET=1`` (Triton's interpreter,
+small shapes: a bucket of a larger shape set is timed on the largest that
+runs; timings not representative).  Copied unchanged into every exported package.
 """
 from __future__ import annotations
 
@@ -60,13 +62,31 @@ def _inputs(problem, shape: dict, seed: int, device: str) -> list:
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in problem.get_inputs(**shape)]
 
 
-def _shapes(problem, device: str) -> list[dict]:
+def shape_label(shape: dict) -> str:
+    """A shape set as the engine's archive names it: ``rows=4096,cols=8192``, or ``default``."""
+    return ",".join(f"{k}={v}" for k, v in shape.items()) or "default"
+
+
+def _shape_sets(problem, device: str) -> list[tuple[dict, int]]:
+    """(shape set, input elements) of the shape sets that run here: all on a GPU, small ones on the CPU."""
     shapes = [dict(s) for s in getattr(problem, "SHAPES", None) or [{}]]
-    if device == "cuda":
-        return shapes
-    with torch.device("meta"):
+    try:
+        with torch.device("meta"):  # sizes without allocating
+            sizes = [_runtime._numel(problem.get_inputs(**s)) for s in shapes]
+    except Exception:  # a get_inputs that meta tensors cannot run
         sizes = [_runtime._numel(problem.get_inputs(**s)) for s in shapes]
-    return [s for s, n in zip(shapes, sizes) if n <= CPU_MAX_NUMEL] or [shapes[sizes.index(min(sizes))]]
+    sets = list(zip(shapes, sizes))
+    if device == "cuda":
+        return sets
+    return [(s, n) for s, n in sets if n <= CPU_MAX_NUMEL] or [min(sets, key=lambda sn: sn[1])]
+
+
+def bucket_shape(sets: list[tuple[dict, int]], max_numel: int | None) -> dict:
+    """The shape set a bucket is timed on: the largest of at most ``max_numel`` elements (None: the largest)."""
+    fitting = [sn for sn in sets if max_numel is None or sn[1] <= max_numel]
+    if not fitting:  # every shape set that runs here is larger than the bucket
+        return min(sets, key=lambda sn: sn[1])[0]
+    return max(reversed(fitting), key=lambda sn: sn[1])[0]  # on equal sizes the later shape set
 
 
 def _side_by_side_ms(new, ref, device: str, reps: int, budget_s: float = 2.0, batch: int = 8):
@@ -110,7 +130,9 @@ def _side_by_side_ms(new, ref, device: str, reps: int, budget_s: float = 2.0, ba
     return statistics.median(times[new]), statistics.median(times[ref])
 
 
-def check_kernel(task: str, kernel: str, device: str, seeds=(0, 1), reps: int = 100) -> dict:
+def check_kernel(task: str, kernel: str, device: str, buckets: list[dict], seeds=(0, 1), reps: int = 100) -> dict:
+    """Check the kernel on every shape set that runs here, then time it on the shape set of each bucket
+    (``max_numel``) in ``buckets``: ``timings`` lists per bucket the shape timed, ms, ref_ms and speedup."""
     problem = _runtime.reference(task)
     atol, rtol = getattr(problem, "ATOL", None), getattr(problem, "RTOL", None)
     torch.manual_seed(0)
@@ -118,19 +140,34 @@ def check_kernel(task: str, kernel: str, device: str, seeds=(0, 1), reps: int = 
     torch.manual_seed(0)
     new = importlib.import_module(f"{__package__}.kernels.{kernel}").ModelNew(*problem.get_init_inputs())
     new = new.to(device).eval()
-    shapes = _shapes(problem, device)
+    sets = _shape_sets(problem, device)
+    timings = []
     with torch.no_grad():
-        for shape in shapes:
+        for shape, _ in sets:
             for seed in seeds:
                 inputs = _inputs(problem, shape, seed, device)
                 problem_text = mismatch(ref(*inputs), new(*inputs), atol, rtol)
                 if problem_text:
-                    return dict(ok=False, detail=f"shape {shape or 'default'}, seed {seed}: {problem_text}")
-        inputs = _inputs(problem, shapes[-1], seeds[0], device)
-        new_ms, ref_ms = _side_by_side_ms(lambda: new(*inputs), lambda: ref(*inputs), device,
-                                          reps if device == "cuda" else 5)
-    return dict(ok=True, detail=f"{len(shapes)} shapes x {len(seeds)} seeds", ms=new_ms, ref_ms=ref_ms,
-                speedup=ref_ms / new_ms if new_ms > 0 else None)
+                    return dict(ok=False, detail=f"shape {shape_label(shape)}, seed {seed}: {problem_text}")
+        for bucket in buckets:
+            shape = bucket_shape(sets, bucket["max_numel"])
+            inputs = _inputs(problem, shape, seeds[0], device)
+            new_ms, ref_ms = _side_by_side_ms(lambda: new(*inputs), lambda: ref(*inputs), device,
+                                              reps if device == "cuda" else 5)
+            timings.append(dict(shape=shape_label(shape), ms=new_ms, ref_ms=ref_ms,
+                                speedup=ref_ms / new_ms if new_ms > 0 else None))
+    return dict(ok=True, detail=f"{len(sets)} shapes x {len(seeds)} seeds", timings=timings)
+
+
+def served_buckets(entry: dict, kernel: dict) -> list[dict]:
+    """The dispatch buckets the kernel serves on its device class; a kernel kept beside the best
+    (``top_k``) serves none and is timed on the largest bucket it was measured on."""
+    served = [b for b in entry["buckets"] if (b["kernel"], b["device_class"]) == (kernel["module"],
+                                                                                  kernel["device_class"])]
+    if served:
+        return served
+    largest = max(kernel["shapes"], key=lambda s: (s["max_numel"] is None, s["max_numel"] or 0))
+    return [dict(name=largest["bucket"], max_numel=largest["max_numel"], speedup=largest["speedup"])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,21 +192,24 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"no task {', '.join(unknown)} in this library; it has {', '.join(tasks)}", file=sys.stderr)
         return 2
-    print(f"{'task':<20} {'kernel':<32} {'result':<8} {'speedup':>8} {'recorded':>9}  detail")
+    print(f"{'task':<16} {'kernel':<30} {'bucket':<22} {'result':<7} {'speedup':>8} {'recorded':>9}  detail")
     failed = 0
     for task, entry in tasks.items():
         if args.tasks and task not in args.tasks:
             continue
         for k in entry["kernels"]:
+            buckets = served_buckets(entry, k)
             try:
-                r = check_kernel(task, k["module"], device, reps=reps)
+                r = check_kernel(task, k["module"], device, buckets, reps=reps)
             except Exception as exc:  # a kernel that raises is a failure to report, not a crash
                 r = dict(ok=False, detail=f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
                 traceback.print_exc(file=sys.stderr)
             failed += not r["ok"]
-            speedup = f"{r['speedup']:.3f}x" if r.get("speedup") else "-"
-            print(f"{task:<20} {k['module']:<32} {'ok' if r['ok'] else 'FAILED':<8} {speedup:>8} "
-                  f"{k['speedup']:>8.3f}x  {k['device_class']}: {r['detail']}")
+            for b, t in zip(buckets, r.get("timings") or [{}] * len(buckets)):
+                speedup = f"{t['speedup']:.3f}x" if t.get("speedup") else "-"
+                timed = f"; timed on {t['shape']}" if t.get("shape") not in (None, b["name"]) else ""
+                print(f"{task:<16} {k['module']:<30} {b['name']:<22} {'ok' if r['ok'] else 'FAILED':<7} "
+                      f"{speedup:>8} {b['speedup']:>8.3f}x  {k['device_class']}: {r['detail']}{timed}")
     print(f"{failed} failed" if failed else "all kernels match their references")
     return 1 if failed else 0
 
