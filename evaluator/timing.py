@@ -4,8 +4,8 @@ The two callables are timed interleaved, call by call, on the same device and
 in the same process, so a speedup is a ratio of medians measured under the
 same conditions.  On a GPU each timed call is bracketed by CUDA events and
 the L2 cache is flushed before it, outside the timed window; a few pairs of
-calls are queued between device-wide synchronisations, so the host's launch
-path is hidden behind the flush.  On the CPU (Triton's interpreter)
+calls are queued between device-wide synchronisations behind a GPU spin, so
+the host's launch path never falls inside a timed window.  On the CPU (Triton's interpreter)
 wall-clock time is taken, and the result is marked as not representative of
 a GPU.
 """
@@ -124,19 +124,65 @@ class _WallTimer:
 
 
 class _CudaTimer:
+    """CUDA events around each call, L2 flushed before it, a batch of calls queued behind a spin.
+
+    The GPU spins (``torch.cuda._sleep``) at the head of every batch while the host queues the
+    whole batch, so no timed window ever waits for the host's launch path: for a kernel of a few
+    microseconds, Triton's launch path (tens of microseconds of Python) can outlast the L2 flush
+    that would otherwise hide it, and the window would then time the host, by an amount that
+    depends on the process.  A batch whose queueing outlasted its spin is timed again behind a
+    longer one.
+    """
+
     def __init__(self, device: torch.device, slots: int):
         self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
         self.events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                        for _ in range(slots)]
+        self.cycles_per_ms = spin_rate()
+        self.lead_ms = 1.0  # how long the GPU spins while the host queues a batch
+        self.requeued = 0  # batches timed again behind a longer spin
 
     def run(self, calls) -> list[float]:
-        torch.cuda.synchronize()  # nothing else in flight
-        for fn, (start, end) in zip(calls, self.events):
-            # The flush evicts L2 outside the timed window; while the GPU runs it, the host
-            # queues ``fn``, so the host's launch path is not counted as kernel time.
-            self.flush.zero_()
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
+        for _ in range(4):
+            torch.cuda.synchronize()  # nothing else in flight
+            if self.cycles_per_ms:
+                torch.cuda._sleep(int(self.lead_ms * self.cycles_per_ms))
+            queued = time.perf_counter()
+            for fn, (start, end) in zip(calls, self.events):
+                self.flush.zero_()  # evicts L2 outside the timed window
+                start.record()
+                fn()
+                end.record()
+            enqueue_ms = (time.perf_counter() - queued) * 1e3
+            torch.cuda.synchronize()
+            starved, self.lead_ms = next_lead(enqueue_ms, self.lead_ms)
+            if not starved or not self.cycles_per_ms:
+                break
+            self.requeued += 1
         return [start.elapsed_time(end) for _, (start, end) in zip(calls, self.events)]
+
+
+def next_lead(enqueue_ms: float, lead_ms: float, *, floor_ms: float = 1.0, cap_ms: float = 100.0) -> tuple[bool, float]:
+    """(whether the host may have kept the GPU waiting, the spin for the next batch).
+
+    The host queued the batch in ``enqueue_ms`` behind a spin of ``lead_ms``: queueing that
+    outlasted the spin may have left the GPU waiting inside a timed window.  The next spin is
+    twice the queueing time, within [floor, cap].
+    """
+    return enqueue_ms >= lead_ms, min(cap_ms, max(floor_ms, 2.0 * enqueue_ms))
+
+
+def spin_rate() -> float:
+    """GPU clock cycles per millisecond of ``torch.cuda._sleep`` (0.0 where torch lacks it)."""
+    if not hasattr(torch.cuda, "_sleep"):
+        return 0.0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 1 << 22
+    torch.cuda._sleep(cycles)  # the first launch loads the kernel
+    torch.cuda.synchronize()
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    torch.cuda.synchronize()
+    ms = start.elapsed_time(end)
+    return cycles / ms if ms > 0 else 0.0

@@ -287,3 +287,12 @@ def test_interleaved_timing_pairs_each_baseline_with_the_candidate():
     assert set(timed) == {"twice", "thrice"}
     assert timed["twice"].candidate is timed["thrice"].candidate and timed["twice"].candidate.samples == 9
     assert 1.6 < timed["twice"].ratio < 2.4 and 2.4 < timed["thrice"].ratio < 3.6
+
+
+def test_a_batch_queued_for_longer_than_the_gpu_spun_is_timed_again_behind_a_longer_spin():
+    from evaluator.timing import next_lead
+
+    assert next_lead(0.3, 1.0) == (False, 1.0)  # queued well inside the spin; the floor holds
+    assert next_lead(0.8, 1.0) == (False, 1.6)  # inside, but the next spin keeps twice the margin
+    assert next_lead(1.5, 1.0) == (True, 3.0)  # the GPU may have waited: again, behind a longer spin
+    assert next_lead(400.0, 1.0) == (True, 100.0)  # a candidate that synchronises: capped

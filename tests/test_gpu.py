@@ -73,3 +73,23 @@ def test_evo_eval_gives_the_right_verdicts_on_the_gpu(builtin_tasks, tmp_path):
     assert ok["speedup_vs_compiled"] > 0 and ok["compiled_runtime_ms"] > 0, ok
     assert ok["speedup_noise"] >= 0.01
     assert verdicts["wrong"]["status"] == "incorrect", verdicts["wrong"]
+
+
+def test_a_slow_launch_path_is_not_timed_as_kernel_time():
+    """A tiny kernel launched after 0.3 ms of host work (longer than the L2 flush, which alone
+    would let the GPU wait inside the timed window) times as the same kernel launched at once."""
+    import time
+
+    import torch
+
+    from evaluator.timing import time_side_by_side
+
+    x = torch.zeros(1024, device="cuda")
+
+    def slow_launch():
+        time.sleep(3e-4)
+        x.add_(1.0)
+
+    pair = time_side_by_side(slow_launch, lambda: x.add_(1.0), "cuda", warmup=3, reps=64, budget_s=5.0)
+    assert pair.candidate.median_ms < 0.1, pair  # device time of a 1024-element add, not 0.3 ms of host
+    assert 0.7 < pair.ratio < 1.4, pair

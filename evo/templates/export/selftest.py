@@ -93,8 +93,9 @@ def _side_by_side_ms(new, ref, device: str, reps: int, budget_s: float = 2.0, ba
     """Medians of ``new()`` and ``ref()`` timed interleaved, as the engine's evaluator times them.
 
     On a GPU: CUDA events around each call, L2 flushed before it outside the timed window,
-    ``batch`` pairs of calls queued between synchronisations (so the host's launch path is
-    not counted), after a warm-up of at least 0.2 s.  On the CPU: the wall clock.
+    ``batch`` pairs of calls queued between synchronisations behind a GPU spin that outlasts
+    their queueing (so the host's launch path is never counted, however slow this process
+    launches), after a warm-up of at least 0.2 s.  On the CPU: the wall clock.
     """
     warm_until = time.monotonic() + (0.2 if device == "cuda" else 0.0)
     done = 0
@@ -106,18 +107,27 @@ def _side_by_side_ms(new, ref, device: str, reps: int, budget_s: float = 2.0, ba
         flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(2 * batch)]
+        cycles_per_ms, lead_ms = _spin_rate(), 1.0
     deadline = time.monotonic() + budget_s
     for first in range(0, reps, batch):
         calls = [fn for i in range(first, min(reps, first + batch))
                  for fn in ((new, ref) if i % 2 == 0 else (ref, new))]
         if device == "cuda":
-            torch.cuda.synchronize()
-            for fn, (start, end) in zip(calls, events):
-                flush.zero_()
-                start.record()
-                fn()
-                end.record()
-            torch.cuda.synchronize()
+            for _ in range(4):  # a batch queued for longer than the GPU spun is timed again
+                torch.cuda.synchronize()
+                if cycles_per_ms:
+                    torch.cuda._sleep(int(lead_ms * cycles_per_ms))
+                queued = time.perf_counter()
+                for fn, (start, end) in zip(calls, events):
+                    flush.zero_()
+                    start.record()
+                    fn()
+                    end.record()
+                enqueue_ms = (time.perf_counter() - queued) * 1e3
+                torch.cuda.synchronize()
+                starved, lead_ms = enqueue_ms >= lead_ms, min(100.0, max(1.0, 2.0 * enqueue_ms))
+                if not starved or not cycles_per_ms:
+                    break
             for fn, (start, end) in zip(calls, events):
                 times[fn].append(start.elapsed_time(end))
         else:
@@ -128,6 +138,21 @@ def _side_by_side_ms(new, ref, device: str, reps: int, budget_s: float = 2.0, ba
         if len(times[new]) >= 3 and time.monotonic() > deadline:
             break
     return statistics.median(times[new]), statistics.median(times[ref])
+
+
+def _spin_rate() -> float:
+    """GPU clock cycles per millisecond of ``torch.cuda._sleep`` (0.0 where torch lacks it)."""
+    if not hasattr(torch.cuda, "_sleep"):
+        return 0.0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1 << 22)  # the first launch loads the kernel
+    torch.cuda.synchronize()
+    start.record()
+    torch.cuda._sleep(1 << 22)
+    end.record()
+    torch.cuda.synchronize()
+    ms = start.elapsed_time(end)
+    return (1 << 22) / ms if ms > 0 else 0.0
 
 
 def check_kernel(task: str, kernel: str, device: str, buckets: list[dict], seeds=(0, 1), reps: int = 100) -> dict:
