@@ -16,8 +16,11 @@ plain candidate module:
   the graph inputs that dynamo recorded (``L['x'].size()[0]``, a parameter,
   ...).
 
-Graphs that call anything but Triton (``extern_kernels.mm``, an aten
-fallback) or that break into several graphs give no seed, with the reason.
+Matrix products are compiled to inductor's Triton GEMM templates (max-autotune
+over Triton configurations only), whose tile becomes tunable constants too.
+Graphs that call anything but Triton (``extern_kernels``, an aten fallback),
+use another kind of template, or break into several graphs give no seed, with
+the reason.
 """
 from __future__ import annotations
 
@@ -67,6 +70,8 @@ def convert_kernel(index: int, name: str, source: str) -> tuple[str, str, str]:
         raise NoSeed(f"kernel {name}: no function in its source")
     kind = next((ast.unparse(d.func).rsplit(".", 1)[-1] for d in fn.decorator_list
                  if isinstance(d, ast.Call) and "triton_heuristics" in ast.unparse(d.func)), "pointwise")
+    if kind == "template":
+        return convert_template(index, name, source, fn)
     if kind not in _DEFAULTS:
         raise NoSeed(f"kernel {name}: inductor's {kind} kernels are not supported as seeds")
     runtime, constexpr = _signature(fn)
@@ -102,6 +107,45 @@ def convert_kernel(index: int, name: str, source: str) -> tuple[str, str, str]:
                 f"    grid = ({', '.join(grid)},)\n"
                 f"    {fn.name}[grid]({params}, {', '.join(launch_kw)})\n")
     return "\n".join(constants), "@triton.jit\n" + body + "\n", launcher
+
+
+def convert_template(index: int, name: str, source: str, fn: ast.FunctionDef) -> tuple[str, str, str]:
+    """(tunable constants, kernel, launcher) for one of inductor's GEMM templates (``max_autotune``).
+
+    The template fixes its tile (``BLOCK_M : tl.constexpr = 64`` in its body) and its launch
+    (num_warps, num_stages in the decorator) to the configuration inductor's autotuning chose;
+    the tile becomes compile-time parameters fed from module constants, and the launcher
+    recomputes the grid (tiles of M times tiles of N, grouped) from them.
+    """
+    decorator = next(d for d in fn.decorator_list if isinstance(d, ast.Call))
+    launch = {kw.arg: ast.literal_eval(kw.value) for kw in decorator.keywords if kw.arg in ("num_warps", "num_stages")}
+    pinned = {stmt.target.id: stmt for stmt in fn.body if isinstance(stmt, ast.AnnAssign)
+              and isinstance(stmt.target, ast.Name) and ast.unparse(stmt.annotation).endswith("constexpr")}
+    if "EVEN_K" in pinned and ast.unparse(pinned["EVEN_K"].value) != "False":
+        raise NoSeed(f"kernel {name}: the template was specialised to K divisible by BLOCK_K")
+    assigned = {stmt.targets[0].id: ast.unparse(stmt.value) for stmt in fn.body
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)}
+    runtime, constexpr = _signature(fn)
+    tile = [c for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M") if c in pinned]
+    if (constexpr or tile[:2] != ["BLOCK_M", "BLOCK_N"] or assigned.get("M") not in runtime
+            or assigned.get("N") not in runtime or "grid_m = (M + BLOCK_M - 1) // BLOCK_M" not in source
+            or set(launch) != {"num_warps", "num_stages"}):
+        raise NoSeed(f"kernel {name}: a template other than inductor's tiled GEMM")
+    lines = source.splitlines()
+    dropped = {pinned[c].lineno for c in tile}
+    body = [line for number, line in enumerate(lines[fn.body[0].lineno - 1:fn.end_lineno], fn.body[0].lineno)
+            if number not in dropped]
+    params = ", ".join(runtime)
+    kernel = "\n".join([f"def {fn.name}({params}, {', '.join(f'{c}: tl.constexpr' for c in tile)}):", *body])
+    constants = [f"K{index}_{c} = {ast.unparse(pinned[c].value)}" for c in tile]
+    constants += [f"K{index}_NUM_WARPS = {launch['num_warps']}", f"K{index}_NUM_STAGES = {launch['num_stages']}"]
+    m, n = assigned["M"], assigned["N"]
+    launcher = (f"def _launch_{index}({params}, _grid_0=None, _grid_1=1, _grid_2=1):\n"
+                f"    # inductor's grid was for its own tile; axes 1 and 2 (a batch) do not depend on it\n"
+                f"    grid = (triton.cdiv({m}, K{index}_BLOCK_M) * triton.cdiv({n}, K{index}_BLOCK_N), _grid_1, _grid_2)\n"
+                f"    {fn.name}[grid]({params}, {', '.join(f'{c}=K{index}_{c}' for c in tile)}, "
+                f"num_warps=K{index}_NUM_WARPS, num_stages=K{index}_NUM_STAGES)\n")
+    return "\n".join(constants), "@triton.jit\n" + kernel + "\n", launcher
 
 
 def _wrapper_body(code: str, launchers: dict[str, str]) -> str:
@@ -259,6 +303,8 @@ def capture(reference, inputs: list) -> tuple[str, list[str]]:
             return compiled(*args)
         return counted
 
+    import torch._inductor.config as inductor_config
+
     torch._dynamo.reset()
     try:
         import torch.fx.experimental._config as fx_config
@@ -268,8 +314,12 @@ def capture(reference, inputs: list) -> tuple[str, list[str]]:
         fx_config.use_duck_shape = False
     except (ImportError, AttributeError):
         pass
+    # A matrix product becomes one of inductor's Triton GEMM templates (the fastest of its
+    # configurations, benchmarked here) rather than a call into cuBLAS.
+    gemm = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON", "autotune_fallback_to_aten": False}
     compiled = torch.compile(reference, backend=backend, dynamic=True)
-    with torch.no_grad(), mock.patch.object(GraphLowering, "save_output_code", staticmethod(codes.append)):
+    with torch.no_grad(), mock.patch.object(GraphLowering, "save_output_code", staticmethod(codes.append)), \
+            inductor_config.patch({k: v for k, v in gemm.items() if hasattr(inductor_config, k)}):
         compiled(*inputs)
         for graph in graphs:
             graph["calls"] = 0

@@ -5,8 +5,9 @@ compare it with the hand-written seed (and, with --search, run a short search fr
 
 1. One evaluator worker (GPU 0) derives a seed from inductor's Triton for each task's reference
    (``Evaluator.compile_seed``, in the sandbox), then evaluates it and the task's own seed.
-2. ``--search N``: the problem files are copied without their seeds into a scratch directory,
-   and ``evo run`` searches N children from the derived seeds (offline operators).
+2. ``--search N``: the problem files of the tasks that gave a seed are copied without their
+   seeds into a scratch directory, and ``evo run`` searches N children from the derived seeds
+   (offline operators).
 Writes ``compile_seeds.md`` and the derived seeds (``seeds/``) under ``--out``.
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ def main() -> None:
     ev = Evaluator(EvaluatorSettings(device="cuda", timeout_s=600), "cuda", 0)
     lines = ["| task | derived seed | speedup | vs torch.compile | roofline | hand-written seed | derive s |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    derived = []  # tasks whose reference gave a seed: the search runs on these
     for task in tasks:
         t0 = time.monotonic()
         reply = ev.compile_seed(task.name, task.source)
@@ -45,6 +47,7 @@ def main() -> None:
             print(lines[-1], flush=True)
             continue
         (out / "seeds" / f"{task.name}.py").write_text(reply["source"])
+        derived.append(task)
         r = ev.evaluate(task.name, task.source, reply["source"])
         if r.correct:
             roof = f"{r.roofline_fraction:.1%}" if r.roofline_fraction is not None else "-"
@@ -56,7 +59,7 @@ def main() -> None:
     ev.close()
     text = "\n".join(lines) + "\n"
     if args.search:
-        text += "\n" + search(tasks, args.search, out)
+        text += "\n" + search(derived, args.search, out)
     (out / "compile_seeds.md").write_text(text)
     print(text)
 

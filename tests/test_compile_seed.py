@@ -63,8 +63,42 @@ def test_a_converted_seed_is_correct_and_mutable(evaluator):
 def test_a_graph_that_calls_cublas_gives_no_seed():
     task = load_tasks("default", names=["matmul_fp16"])[0]
     code = (DATA / "matmul_fp16.py.txt").read_text()
-    with pytest.raises(NoSeed, match="extern_kernels"):
-        seed_from_inductor(code, [*sizes("A"), "L['B'].size()[1]", "L['B']"], task.source)
+    with pytest.raises(NoSeed, match="extern_kernels"):  # compiled without max-autotune's GEMM templates
+        seed_from_inductor(code, MATMUL_INPUTS, task.source)
+
+
+MATMUL_INPUTS = [*sizes("A"), "L['B'].size()[1]", "L['B']"]
+
+
+def test_a_gemm_template_becomes_a_seed_whose_tile_is_tunable():
+    task = load_tasks("default", names=["matmul_fp16"])[0]
+    code = (DATA / "matmul_fp16_template.py.txt").read_text()  # max-autotune over Triton GEMM configurations
+    source = seed_from_inductor(code, MATMUL_INPUTS, task.source)
+    tunables = {t.name: (t.kind, t.value) for t in find_tunables(source)}
+    assert tunables == {"K0_BLOCK_M": ("block", 64), "K0_BLOCK_N": ("block", 32), "K0_BLOCK_K": ("block", 128),
+                        "K0_GROUP_M": ("group", 8), "K0_NUM_WARPS": ("warps", 4), "K0_NUM_STAGES": ("stages", 5)}
+    assert "BLOCK_M : tl.constexpr = 64" not in source and "triton_heuristics.template" not in source
+    assert "grid = (triton.cdiv(ks0, K0_BLOCK_M) * triton.cdiv(ks1, K0_BLOCK_N), _grid_1, _grid_2)" in source
+
+
+def test_a_gemm_template_seed_is_correct_with_another_tile(evaluator):
+    task = load_tasks("default", names=["matmul_fp16"])[0]
+    source = seed_from_inductor((DATA / "matmul_fp16_template.py.txt").read_text(), MATMUL_INPUTS, task.source)
+    # A tile inductor did not choose: the grid follows the constants, masks cover the edges.
+    retiled = source.replace("K0_BLOCK_K = 128", "K0_BLOCK_K = 32").replace("K0_BLOCK_M = 64", "K0_BLOCK_M = 16")
+    result = evaluator.evaluate("matmul_fp16", task.source, retiled)
+    assert result.status is Status.CORRECT, (result.reason, result.error)
+
+
+def test_templates_the_converter_cannot_retile_give_no_seed():
+    task = load_tasks("default", names=["matmul_fp16"])[0]
+    code = (DATA / "matmul_fp16_template.py.txt").read_text()
+    with pytest.raises(NoSeed, match="divisible by BLOCK_K"):
+        seed_from_inductor(code.replace("EVEN_K : tl.constexpr = False", "EVEN_K : tl.constexpr = True"),
+                           MATMUL_INPUTS, task.source)
+    with pytest.raises(NoSeed, match="other than inductor's tiled GEMM"):
+        seed_from_inductor(code.replace("grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_m = M"),
+                           MATMUL_INPUTS, task.source)
 
 
 def test_graph_inputs_must_match_the_wrapper():
