@@ -14,6 +14,7 @@ class TimingSettings:
     reps: int = 100
     budget_s: float = 2.0  # stop repeating once this much time went into timing
     batch: int = 8  # GPU: pairs of calls queued between synchronisations (1: synchronise around each)
+    input_sets: int = 1  # timed calls take these many input sets (seeded apart, allocated apart) in turn
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class Evaluator:
             "device": "cuda" if self.device == "cuda" else "cpu",
             "seeds": list(self.settings.seeds), "cpu_max_numel": self.settings.cpu_max_numel,
             "timing": {"warmup": timing.warmup, "warmup_s": timing.warmup_s, "reps": timing.reps,
-                       "budget_s": timing.budget_s, "batch": timing.batch},
+                       "budget_s": timing.budget_s, "batch": timing.batch, "input_sets": timing.input_sets},
             "noise_floor": self.settings.noise_floor, "roofline_limit": self.settings.roofline_limit,
             "roofline_peaks": self.settings.roofline_peaks, "memory_limit_mb": self.settings.memory_limit_mb,
             "gpu_memory_fraction": self.settings.gpu_memory_fraction,

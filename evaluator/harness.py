@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -205,17 +206,18 @@ def _measure(request: dict, problem, reference, model, shapes: list[dict], seed:
     speedups, noise, roofline fraction, and the torch.compile baseline."""
     timing, shape = request["timing"], shapes[-1]
     inputs = make_inputs(problem, shape, seed, device)
-    baselines = {"reference": lambda: call(reference, inputs, "reference timing")}
+    sets = _input_sets(problem, shape, seed, device, timing, inputs)
+    baselines = {"reference": _in_turn(reference, sets, "reference timing")}
     compile_settings = request.get("compile_baseline") or {}
     backend, mode = compile_settings.get("backend", "inductor"), compile_settings.get("mode")
     measured = {"roofline_fraction": None, "roofline": None}
     if compile_settings.get("timing") == "live":
         try:
             compiled = baseline.compiled_reference(reference, inputs, backend=backend, mode=mode)
-            baselines["compiled"] = lambda: call(compiled, inputs, "torch.compile baseline")
+            baselines["compiled"] = _in_turn(compiled, sets, "torch.compile baseline")
         except Exception as exc:  # a reference the compiler cannot handle has no compiled baseline
             measured["compile_baseline_error"] = baseline.failure(exc)
-    timed = time_interleaved(lambda: call(model, inputs, "timing"), baselines, device, **_timing_args(timing))
+    timed = time_interleaved(_in_turn(model, sets, "timing"), baselines, device, **_timing_args(timing))
     pair = timed["reference"]
     noise_floor = float(request.get("noise_floor", 0.0))
     measured.update({
@@ -253,9 +255,23 @@ def _measure(request: dict, problem, reference, model, shapes: list[dict], seed:
 def _shape_timing(problem, reference, model, shape: dict, seed: int, device: str, timing: dict,
                   noise_floor: float) -> dict:
     inputs = make_inputs(problem, shape, seed, device)
-    pair = time_side_by_side(lambda: call(model, inputs, "timing"),
-                             lambda: call(reference, inputs, "reference timing"), device, **_timing_args(timing))
+    sets = _input_sets(problem, shape, seed, device, timing, inputs)
+    pair = time_side_by_side(_in_turn(model, sets, "timing"), _in_turn(reference, sets, "reference timing"),
+                             device, **_timing_args(timing))
     return _shape_entry(shape, inputs, pair, noise_floor)
+
+
+def _input_sets(problem, shape: dict, seed: int, device: str, timing: dict, first: list) -> list[list]:
+    """``first`` and ``timing["input_sets"] - 1`` more input sets of the shape, seeded apart."""
+    return [first, *(make_inputs(problem, shape, seed + 7919 * k, device)
+                     for k in range(1, int(timing.get("input_sets", 1))))]
+
+
+def _in_turn(model, sets: list[list], stage: str):
+    """``model`` called on the input sets in turn.  Every timed callable is called once per
+    round, so candidate and baselines of one round see the same set."""
+    turns = itertools.cycle(sets)
+    return lambda: call(model, next(turns), stage)
 
 
 def _shape_entry(shape: dict, inputs: list, pair, noise_floor: float) -> dict:

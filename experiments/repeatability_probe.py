@@ -21,9 +21,10 @@ from evaluator import Evaluator, EvaluatorSettings
 from evaluator.evaluator import TimingSettings
 from evo.task import load_tasks
 
-SETTINGS = {
-    "default (0.2 s warm-up, 100 reps)": TimingSettings(warmup_s=0.2),
-    "long (1 s warm-up, 400 reps, 4 s budget)": TimingSettings(warmup_s=1.0, reps=400, budget_s=4.0),
+SETTINGS = {  # name: (what it is, the settings)
+    "default": ("0.2 s warm-up, 100 reps", TimingSettings(warmup_s=0.2)),
+    "long": ("1 s warm-up, 400 reps, 4 s budget", TimingSettings(warmup_s=1.0, reps=400, budget_s=4.0)),
+    "sets4": ("as default, 4 input sets in turn", TimingSettings(warmup_s=0.2, input_sets=4)),
 }
 
 
@@ -35,16 +36,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=6, help="rounds, each with a fresh worker per setting")
     parser.add_argument("--tasks", default="matmul_fp16,rmsnorm")
+    parser.add_argument("--settings", default="default,long", help=f"comma-separated, of {', '.join(SETTINGS)}")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a smoke run (interpreter)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     tasks = load_tasks("default", names=args.tasks.split(","))
     rows: list[dict] = []
-    names = list(SETTINGS)
+    names = args.settings.split(",")
     for rnd in range(args.workers):
         order = names if rnd % 2 == 0 else names[::-1]
         for name in order:
-            settings = EvaluatorSettings(device=args.device, compile_baseline=False, timing=SETTINGS[name])
+            settings = EvaluatorSettings(device=args.device, compile_baseline=False, timing=SETTINGS[name][1])
             ev = Evaluator(settings, args.device, 0 if args.device == "cuda" else None)
             for task in tasks:
                 t0 = time.monotonic()
@@ -60,9 +62,9 @@ def main() -> None:
         for task in tasks:
             mine = [r for r in rows if r["setting"] == name and r["task"] == task.name and r["speedup"]]
             if len(mine) < 2:
-                lines.append(f"| {name} | {task.name} | too few correct results | - | - | - | - |")
+                lines.append(f"| {name} ({SETTINGS[name][0]}) | {task.name} | too few correct results | - | - | - | - |")
                 continue
-            lines.append(f"| {name} | {task.name} | {', '.join(format(r['speedup'], '.3f') for r in mine)} | "
+            lines.append(f"| {name} ({SETTINGS[name][0]}) | {task.name} | {', '.join(format(r['speedup'], '.3f') for r in mine)} | "
                          f"{spread([r['speedup'] for r in mine]):.1%} | {spread([r['ms'] for r in mine]):.1%} | "
                          f"{spread([r['ref_ms'] for r in mine]):.1%} | "
                          f"{statistics.median(r['wall_s'] for r in mine):.1f} |")

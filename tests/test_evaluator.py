@@ -296,3 +296,21 @@ def test_a_batch_queued_for_longer_than_the_gpu_spun_is_timed_again_behind_a_lon
     assert next_lead(0.8, 1.0) == (False, 1.6)  # inside, but the next spin keeps twice the margin
     assert next_lead(1.5, 1.0) == (True, 3.0)  # the GPU may have waited: again, behind a longer spin
     assert next_lead(400.0, 1.0) == (True, 100.0)  # a candidate that synchronises: capped
+
+
+def test_timed_calls_of_one_round_take_the_same_input_set():
+    import torch
+
+    from evaluator.harness import _in_turn
+    from evaluator.timing import time_interleaved
+
+    seen = {"candidate": [], "reference": []}
+    sets = [[torch.full((2,), float(k))] for k in range(3)]
+
+    def recorder(name):
+        return lambda x: seen[name].append(int(x[0])) or x
+
+    time_interleaved(_in_turn(recorder("candidate"), sets, "timing"),
+                     {"reference": _in_turn(recorder("reference"), sets, "reference timing")}, "cpu",
+                     warmup=2, reps=7, budget_s=5.0, batch=1)
+    assert seen["candidate"] == seen["reference"] == [k % 3 for k in range(9)]
