@@ -16,11 +16,13 @@ plain candidate module:
   the graph inputs that dynamo recorded (``L['x'].size()[0]``, a parameter,
   ...).
 
-Matrix products are compiled to inductor's Triton GEMM templates (max-autotune
-over Triton configurations only), whose tile becomes tunable constants too.
+Matrix products (and convolutions, where inductor has a Triton template for
+them) are compiled to inductor's Triton templates (max-autotune over Triton
+configurations only); a tiled GEMM's tile becomes
+tunable constants too, any other template keeps inductor's tile and grid.
 Graphs that call anything but Triton (``extern_kernels``, an aten fallback),
-use another kind of template, or break into several graphs give no seed, with
-the reason.
+launch a template in a way the converter does not know, or break into several
+graphs give no seed, with the reason.
 """
 from __future__ import annotations
 
@@ -110,41 +112,48 @@ def convert_kernel(index: int, name: str, source: str) -> tuple[str, str, str]:
 
 
 def convert_template(index: int, name: str, source: str, fn: ast.FunctionDef) -> tuple[str, str, str]:
-    """(tunable constants, kernel, launcher) for one of inductor's GEMM templates (``max_autotune``).
+    """(tunable constants, kernel, launcher) for one of inductor's templates (``max_autotune``).
 
-    The template fixes its tile (``BLOCK_M : tl.constexpr = 64`` in its body) and its launch
-    (num_warps, num_stages in the decorator) to the configuration inductor's autotuning chose;
-    the tile becomes compile-time parameters fed from module constants, and the launcher
-    recomputes the grid (tiles of M times tiles of N, grouped) from them.
+    A template fixes its tile (``BLOCK_M : tl.constexpr = 64`` in its body) and its launch
+    (num_warps, num_stages in the decorator) to the configuration inductor's autotuning chose.
+    In inductor's tiled GEMM the tile becomes compile-time parameters fed from module
+    constants, and the launcher recomputes the grid (tiles of M times tiles of N) from them.
+    Any other template with a fixed grid (a convolution, a GEMM specialised to K divisible by
+    its BLOCK_K) keeps its tile and the wrapper's grid; only its warps and stages are tunable.
     """
     decorator = next(d for d in fn.decorator_list if isinstance(d, ast.Call))
     launch = {kw.arg: ast.literal_eval(kw.value) for kw in decorator.keywords if kw.arg in ("num_warps", "num_stages")}
+    runtime, constexpr = _signature(fn)
+    if constexpr or set(launch) != {"num_warps", "num_stages"} or not re.search(r"'grid_type': 'FixedGrid'", source):
+        raise NoSeed(f"kernel {name}: a template whose launch the converter does not understand")
     pinned = {stmt.target.id: stmt for stmt in fn.body if isinstance(stmt, ast.AnnAssign)
               and isinstance(stmt.target, ast.Name) and ast.unparse(stmt.annotation).endswith("constexpr")}
-    if "EVEN_K" in pinned and ast.unparse(pinned["EVEN_K"].value) != "False":
-        raise NoSeed(f"kernel {name}: the template was specialised to K divisible by BLOCK_K")
     assigned = {stmt.targets[0].id: ast.unparse(stmt.value) for stmt in fn.body
                 if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)}
-    runtime, constexpr = _signature(fn)
     tile = [c for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M") if c in pinned]
-    if (constexpr or tile[:2] != ["BLOCK_M", "BLOCK_N"] or assigned.get("M") not in runtime
-            or assigned.get("N") not in runtime or "grid_m = (M + BLOCK_M - 1) // BLOCK_M" not in source
-            or set(launch) != {"num_warps", "num_stages"}):
-        raise NoSeed(f"kernel {name}: a template other than inductor's tiled GEMM")
+    retiled = (tile[:2] == ["BLOCK_M", "BLOCK_N"] and assigned.get("M") in runtime and assigned.get("N") in runtime
+               and "grid_m = (M + BLOCK_M - 1) // BLOCK_M" in source
+               and ast.unparse(getattr(pinned.get("EVEN_K"), "value", ast.Constant(False))) == "False")
+    if not retiled:
+        tile = []
     lines = source.splitlines()
     dropped = {pinned[c].lineno for c in tile}
     body = [line for number, line in enumerate(lines[fn.body[0].lineno - 1:fn.end_lineno], fn.body[0].lineno)
             if number not in dropped]
     params = ", ".join(runtime)
-    kernel = "\n".join([f"def {fn.name}({params}, {', '.join(f'{c}: tl.constexpr' for c in tile)}):", *body])
+    kernel = "\n".join([f"def {fn.name}({', '.join([*runtime, *(f'{c}: tl.constexpr' for c in tile)])}):", *body])
     constants = [f"K{index}_{c} = {ast.unparse(pinned[c].value)}" for c in tile]
     constants += [f"K{index}_NUM_WARPS = {launch['num_warps']}", f"K{index}_NUM_STAGES = {launch['num_stages']}"]
-    m, n = assigned["M"], assigned["N"]
-    launcher = (f"def _launch_{index}({params}, _grid_0=None, _grid_1=1, _grid_2=1):\n"
-                f"    # inductor's grid was for its own tile; axes 1 and 2 (a batch) do not depend on it\n"
-                f"    grid = (triton.cdiv({m}, K{index}_BLOCK_M) * triton.cdiv({n}, K{index}_BLOCK_N), _grid_1, _grid_2)\n"
-                f"    {fn.name}[grid]({params}, {', '.join(f'{c}=K{index}_{c}' for c in tile)}, "
-                f"num_warps=K{index}_NUM_WARPS, num_stages=K{index}_NUM_STAGES)\n")
+    launch_kw = ", ".join([*(f"{c}=K{index}_{c}" for c in tile), f"num_warps=K{index}_NUM_WARPS",
+                           f"num_stages=K{index}_NUM_STAGES"])
+    if retiled:
+        grid = ("    # inductor's grid was for its own tile; axes 1 and 2 (a batch) do not depend on it\n"
+                f"    grid = (triton.cdiv({assigned['M']}, K{index}_BLOCK_M) * triton.cdiv({assigned['N']}, "
+                f"K{index}_BLOCK_N), _grid_1, _grid_2)\n")
+    else:
+        grid = "    grid = (_grid_0, _grid_1, _grid_2)  # inductor's, for the tile pinned in the kernel\n"
+    launcher = (f"def _launch_{index}({params}, _grid_0=None, _grid_1=1, _grid_2=1):\n{grid}"
+                f"    {fn.name}[grid]({params}, {launch_kw})\n")
     return "\n".join(constants), "@triton.jit\n" + kernel + "\n", launcher
 
 

@@ -90,14 +90,25 @@ def test_a_gemm_template_seed_is_correct_with_another_tile(evaluator):
     assert result.status is Status.CORRECT, (result.reason, result.error)
 
 
-def test_templates_the_converter_cannot_retile_give_no_seed():
+def test_a_template_the_converter_cannot_retile_keeps_inductors_tile_and_grid(evaluator):
     task = load_tasks("default", names=["matmul_fp16"])[0]
     code = (DATA / "matmul_fp16_template.py.txt").read_text()
-    with pytest.raises(NoSeed, match="divisible by BLOCK_K"):
-        seed_from_inductor(code.replace("EVEN_K : tl.constexpr = False", "EVEN_K : tl.constexpr = True"),
-                           MATMUL_INPUTS, task.source)
-    with pytest.raises(NoSeed, match="other than inductor's tiled GEMM"):
-        seed_from_inductor(code.replace("grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_m = M"),
+    # As if inductor had specialised the GEMM to K divisible by BLOCK_K (no masks along K): a
+    # tile of other sizes could read past K, so the tile stays as inductor chose it.
+    frozen = seed_from_inductor(code.replace("EVEN_K : tl.constexpr = False", "EVEN_K : tl.constexpr = True"),
+                                MATMUL_INPUTS, task.source)
+    assert {t.name for t in find_tunables(frozen)} == {"K0_NUM_WARPS", "K0_NUM_STAGES"}
+    assert "BLOCK_M : tl.constexpr = 64" in frozen and "grid = (_grid_0, _grid_1, _grid_2)" in frozen
+    # The body still masks along K (the pinned EVEN_K is not read in it), so the seed is correct.
+    result = evaluator.evaluate("matmul_fp16", task.source, frozen)
+    assert result.status is Status.CORRECT, (result.reason, result.error)
+
+
+def test_a_template_launched_in_an_unknown_way_gives_no_seed():
+    task = load_tasks("default", names=["matmul_fp16"])[0]
+    code = (DATA / "matmul_fp16_template.py.txt").read_text()
+    with pytest.raises(NoSeed, match="launch the converter does not understand"):
+        seed_from_inductor(code.replace("'grid_type': 'FixedGrid'", "'grid_type': 'PrecomputedGrid'"),
                            MATMUL_INPUTS, task.source)
 
 
