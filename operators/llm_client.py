@@ -191,13 +191,16 @@ class LLMClient:
                 max_tokens=max_tokens or self.max_tokens, timeout_s=self.timeout_s,
             ), timeout=2 * self.timeout_s + 10)  # a backstop: the transport's own timeout comes first; the
             # first requests of a process also wait for litellm to import its provider modules
-        except (TransportError, asyncio.TimeoutError) as exc:
+        except Exception as exc:  # every attempt is a row, whatever failed
             latency = time.monotonic() - start
             if isinstance(exc, TransportError):
                 error, retryable, retry_after = str(exc), exc.retryable, exc.retry_after
-            else:
+            elif isinstance(exc, asyncio.TimeoutError):
                 error = f"Timeout: no reply within twice llm.timeout_s={self.timeout_s:g}"
                 retryable, retry_after = True, None
+            else:  # a dropped connection the transport did not name, or a bug in it
+                error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                retryable, retry_after = isinstance(exc, OSError), None
             if key and len(key) >= 4:
                 error = error.replace(key, "***")
             record = self._record(model, attempt, latency=latency, error=error)

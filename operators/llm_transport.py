@@ -176,7 +176,7 @@ class HTTPTransport:
                 status, raw, reply_headers = response.status, await response.read(), response.headers
         except asyncio.TimeoutError:
             raise TransportError("Timeout", f"no reply within llm.timeout_s={timeout_s:g}", retryable=True) from None
-        except aiohttp.ClientError as exc:  # refused, dropped or reset connections, protocol errors
+        except (aiohttp.ClientError, OSError) as exc:  # refused, dropped or reset connections, protocol errors
             raise TransportError("APIConnectionError", f"{type(exc).__name__}: {exc}"[:300], retryable=True) from None
         try:
             data = json.loads(raw.decode("utf-8"))
