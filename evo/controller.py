@@ -141,11 +141,13 @@ class Controller:
 
     # -- the loop -------------------------------------------------------------
     def run(self) -> None:
-        # The loop mostly waits (futures, SQLite calls that release the GIL) while island and evaluator
-        # threads of this process compute: a GIL switch interval of 0.5 ms, not 5, gives it back
-        # sooner (experiments/proposal_rate_bench.md).
+        # With LLM operators the loop mostly waits (futures, SQLite calls that release the GIL) while
+        # island and evaluator threads of this process compute: a GIL switch interval of 0.5 ms, not 5,
+        # gives it back sooner.  Offline proposals are all computation: there it only costs
+        # (experiments/proposal_rate_bench.md).
         interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(interval, 0.0005))
+        if self.steering is not None:
+            sys.setswitchinterval(min(interval, 0.0005))
         try:
             self._run()
         finally:
