@@ -85,8 +85,12 @@ class Island:
         if proposal.source is not None:
             # Source analysis happens here, in parallel, not in the archive's single writer.
             # One parse of the child gives both its hash and its descriptors.
-            with _ANALYSIS:
-                proposal.source_hash, descriptors = analyse(proposal.source, self.descriptors)
+            try:
+                with _ANALYSIS:
+                    proposal.source_hash, descriptors = analyse(proposal.source, self.descriptors)
+            except Exception as exc:  # the proposal still carries its LLM calls: they are accounted
+                proposal.note, proposal.source = f"analysing the child raised {type(exc).__name__}: {exc}", None
+                return proposal
             if proposal.source_hash == (context.parent.source_hash or normalized_hash(context.parent.source)):
                 proposal.note, proposal.source = "the child is identical to its parent", None
                 return proposal
