@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -140,6 +141,19 @@ class Controller:
 
     # -- the loop -------------------------------------------------------------
     def run(self) -> None:
+        # With LLM operators the loop mostly waits (futures, SQLite calls that release the GIL) while
+        # island and evaluator threads of this process compute: a GIL switch interval of 0.5 ms, not 5,
+        # gives it back sooner.  Offline proposals are all computation: there it only costs
+        # (experiments/proposal_rate_bench.md).
+        interval = sys.getswitchinterval()
+        if self.steering is not None:
+            sys.setswitchinterval(min(interval, 0.0005))
+        try:
+            self._run()
+        finally:
+            sys.setswitchinterval(interval)
+
+    def _run(self) -> None:
         self._start()
         stalled = False
         while True:

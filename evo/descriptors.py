@@ -37,7 +37,7 @@ from typing import Callable
 from evaluator.result import EvalResult
 from evo.errors import ConfigError
 from evo.kernel_facts import KernelFacts, kernel_facts
-from evo.kernel_source import normalized_hash
+from evo.kernel_source import normalized_hash, parse
 
 NONE = "none"
 
@@ -190,7 +190,7 @@ def describe(source: str, descriptors=DEFAULT_DESCRIPTORS, tree: ast.Module | No
 def analyse(source: str, descriptors=DEFAULT_DESCRIPTORS) -> tuple[str, dict[str, str]]:
     """The source's normalised hash and descriptors' values, from one parse."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return normalized_hash(source), {d.name: d(KernelFacts(parses=False)) for d in descriptors if not d.measured}
     return normalized_hash(source, tree), describe(source, descriptors, tree)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from evo.kernel_source import Tunable, find_tunables
+from evo.kernel_source import Tunable, find_tunables, parse
 
 _BLOCK_POINTERS = {"make_block_ptr", "make_tensor_descriptor", "_experimental_make_tensor_descriptor",
                    "advance"}
@@ -48,7 +48,7 @@ def kernel_facts(source: str, tree: ast.Module | None = None) -> KernelFacts:
     """The facts of ``source``; ``tree``: its AST, when the caller has parsed it already."""
     if tree is None:
         try:
-            tree = ast.parse(source)
+            tree = parse(source)
         except SyntaxError:
             return KernelFacts(parses=False)
     kernels = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_kernel(n)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+import threading
 from dataclasses import dataclass
 
 _KINDS = (
@@ -52,11 +53,23 @@ def _line_offsets(data: bytes) -> list[int]:
     return offsets
 
 
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str) -> ast.Module:
+    """``ast.parse``, one thread of the process at a time: CPython 3.11 builds the Python AST with an
+    interpreter-wide recursion counter, and two threads parsing at once can fail with
+    ``SystemError: AST constructor recursion depth mismatch`` (seen here with island threads and a
+    0.5 ms switch interval; elsewhere: pytest-dev/pytest#10763, python/cpython#106905)."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
 def find_tunables(source: str, tree: ast.Module | None = None) -> list[Tunable]:
     """Tunable integer literals, in source order; [] if the source does not parse."""
     if tree is None:
         try:
-            tree = ast.parse(source)
+            tree = parse(source)
         except SyntaxError:
             return []
     lines = _line_offsets(source.encode("utf-8"))
@@ -95,7 +108,7 @@ def normalized_hash(source: str, tree: ast.Module | None = None) -> str:
     """
     if tree is None:
         try:
-            tree = ast.parse(source)
+            tree = parse(source)
         except SyntaxError:
             pass
     if tree is None:

@@ -5,7 +5,8 @@
 A scripted OpenAI-compatible server (replies from ``tests.llm_server.Variants``,
 each a new child) runs in its own process on asyncio, so that its own overhead
 stays small, and answers each request after a fixed latency.  The engine runs the real run loop (``evo.controller.Controller``),
-islands and LLM operators (diff and rewrite, through litellm) on the local
+islands and LLM operators (diff and rewrite, through the client's transport:
+``--transport``, by default ``auto``, which is plain HTTP for this endpoint) on the local
 backend, with ``TrivialEvaluator`` standing in for the evaluator, so the figures
 are the proposal path's and the run loop's own.
 
@@ -90,12 +91,14 @@ class TimedBackend(LocalBackend):
             self.ray_islands.close()
 
 
-def measure(*, children: int, in_flight: int, api_base: str | None, islands: int = 2, ray: bool = False) -> dict:
+def measure(*, children: int, in_flight: int, api_base: str | None, islands: int = 2, ray: bool = False,
+            transport: str = "auto") -> dict:
     """Run the loop for ``children`` evaluations; the proposal rate and the children rate."""
     tasks = load_tasks("default")
     if api_base:
         client = LLMClient(model="openai/scripted", api_base=api_base, timeout_s=60, retries=0,
-                           max_in_flight=in_flight, prices={"openai/scripted": [0.15, 0.6]})  # a priced model
+                           max_in_flight=in_flight, prices={"openai/scripted": [0.15, 0.6]},  # a priced model
+                           transport=transport)
         operators, weights = [LLMDiff(client=client), LLMMutation(client=client)], [1.0, 1.0]
         steering = LLMSteering(models=client.models, offline_operators=False)
     else:
@@ -147,8 +150,10 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=2.0)
     parser.add_argument("--in-flight", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--waves", type=int, default=20, help="children per latency run: waves x in flight")
-    parser.add_argument("--zero-latency-children", type=int, default=1000)
+    parser.add_argument("--zero-latency-children", type=int, default=1000, help="0: no zero-latency rows")
     parser.add_argument("--ray", action="store_true", help="also measure with Ray island actors")
+    parser.add_argument("--transport", choices=["auto", "litellm", "http"], default="auto",
+                        help="llm.transport of the client (auto: http for this OpenAI-compatible endpoint)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     lines = [
@@ -157,32 +162,33 @@ def main() -> None:
         f"{platform.processor() or platform.machine()}), Python {platform.python_version()}; "
         f"load average at start: {', '.join(f'{x:.2f}' for x in os.getloadavg())}.", "",
         "Scripted server in its own process; real run loop, islands (2), LLM operators (diff, rewrite) "
-        "through litellm, local backend, trivial evaluator.", "",
+        f"through llm.transport={args.transport}, local backend, trivial evaluator.", "",
         "| latency | in flight | proposals | theoretical /s | sustained /s | of theoretical |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     warm, api_base = start_server(0.0)
-    measure(children=20, in_flight=4, api_base=api_base)  # imports litellm, warms the connection pool
+    measure(children=20, in_flight=4, api_base=api_base, transport=args.transport)  # imports, warms the pool
     for k in args.in_flight:
         process, base = start_server(args.latency)
-        r = measure(children=args.waves * k, in_flight=k, api_base=base)
+        r = measure(children=args.waves * k, in_flight=k, api_base=base, transport=args.transport)
         theory = k / args.latency
         lines.append(f"| {args.latency:g} s | {k} | {r['proposals']} | {theory:.2f} | {r['proposal_rate']:.2f} | "
                      f"{r['proposal_rate'] / theory:.1%} |")
         print(lines[-1], flush=True)
         if args.ray:
-            r = measure(children=args.waves * k, in_flight=k, api_base=base, ray=True)
+            r = measure(children=args.waves * k, in_flight=k, api_base=base, ray=True, transport=args.transport)
             lines.append(f"| {args.latency:g} s (Ray islands) | {k} | {r['proposals']} | {theory:.2f} | "
                          f"{r['proposal_rate']:.2f} | {r['proposal_rate'] / theory:.1%} |")
             print(lines[-1], flush=True)
         process.terminate()
-    lines += ["", "Zero latency, trivial evaluator: the engine's own rate (children evaluated per second of wall "
-              "time, seeds and start-up included).", "",
-              "| path | in flight | children | wall s | children /s |", "| --- | --- | --- | --- | --- |"]
-    for label, base, k in (("LLM (diff, rewrite) via litellm", api_base, 32), ("LLM (diff, rewrite) via litellm",
-                                                                                api_base, 8),
-                           ("offline (constants)", None, 4)):
-        r = measure(children=args.zero_latency_children, in_flight=k, api_base=base)
+    llm = f"LLM (diff, rewrite) via {args.transport}"
+    zero = ((llm, api_base, 32), (llm, api_base, 8), ("offline (constants)", None, 4))
+    if args.zero_latency_children:
+        lines += ["", "Zero latency, trivial evaluator: the engine's own rate (children evaluated per second of wall "
+                  "time, seeds and start-up included).", "",
+                  "| path | in flight | children | wall s | children /s |", "| --- | --- | --- | --- | --- |"]
+    for label, base, k in zero if args.zero_latency_children else ():
+        r = measure(children=args.zero_latency_children, in_flight=k, api_base=base, transport=args.transport)
         lines.append(f"| {label} | {k} | {r['children']} | {r['wall_s']:.1f} | {r['child_rate']:.1f} |")
         print(lines[-1], flush=True)
     warm.terminate()

@@ -19,6 +19,10 @@ from evo.descriptors import DEFAULT_DESCRIPTORS, NONE, analyse
 from evo.kernel_source import normalized_hash
 from operators.base import Context, Operator, Proposal
 
+# Source analysis is pure Python: under the GIL, threads analysing at once gain nothing, and many
+# of them would starve the threads that wait on I/O (the run loop's SQLite, the LLM event loop).
+_ANALYSIS = threading.Lock()
+
 
 class Island:
     def __init__(self, index: int, operators: list[Operator], weights: list[float], seed: int,
@@ -81,7 +85,12 @@ class Island:
         if proposal.source is not None:
             # Source analysis happens here, in parallel, not in the archive's single writer.
             # One parse of the child gives both its hash and its descriptors.
-            proposal.source_hash, descriptors = analyse(proposal.source, self.descriptors)
+            try:
+                with _ANALYSIS:
+                    proposal.source_hash, descriptors = analyse(proposal.source, self.descriptors)
+            except Exception as exc:  # the proposal still carries its LLM calls: they are accounted
+                proposal.note, proposal.source = f"analysing the child raised {type(exc).__name__}: {exc}", None
+                return proposal
             if proposal.source_hash == (context.parent.source_hash or normalized_hash(context.parent.source)):
                 proposal.note, proposal.source = "the child is identical to its parent", None
                 return proposal

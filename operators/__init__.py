@@ -6,7 +6,7 @@ Public names:
     ParameterCrossover          -- offline crossover of tunable constants between elites
     LLMMutation, LLMDiff        -- LLM full rewrite, LLM SEARCH/REPLACE edits
     LLMCrossover, LLMRepair     -- LLM crossover of two parents, LLM repair of a failed child
-    LLMClient, Reply            -- the async litellm client (litellm imported lazily)
+    LLMClient, Reply            -- the async LLM client (litellm or plain HTTP: operators.llm_transport)
     LLMSteering, LLMBudget, ModelEnsemble -- budgets and the model bandit the run loop keeps
 
 Operators are plain picklable classes; they see parents as ``evo.program.Program``

@@ -1,23 +1,24 @@
-"""The LLM client: chat completions through litellm, many in flight, accounted.
+"""The LLM client: chat completions, many in flight, accounted.
 
 One asyncio event loop per process (a daemon thread, started on the first
-call) runs every request of every client with ``litellm.acompletion``; a semaphore bounds the
-requests in flight (``max_in_flight``).  Island threads call the blocking
-:meth:`LLMClient.complete`, which waits on that loop, so many proposals share
-one connection pool.  Each attempt is timed and accounted (tokens, dollars
-from litellm's cost data or ``prices``) and becomes one ``llm_calls`` row;
-429s (honouring Retry-After), 5xx, timeouts and dropped connections are
-retried with exponential backoff.
+call) runs every request of every client through its transport
+(``operators.llm_transport``: litellm, or plain HTTP to an OpenAI-compatible
+endpoint); a semaphore bounds the requests in flight (``max_in_flight``).
+Island threads call the blocking :meth:`LLMClient.complete`, which waits on
+that loop, so many proposals share one connection pool.  Each attempt is timed
+and accounted (tokens, dollars from ``prices`` or litellm's cost data) and
+becomes one ``llm_calls`` row; 429s (honouring Retry-After), 5xx, timeouts and
+dropped connections are retried with exponential backoff.
 
 litellm is imported lazily: it takes seconds to import and only runs where an
-LLM operator is configured.  The API key is read at call time from the
+LLM operator is configured (on the HTTP transport, only to price models that
+``prices`` leaves out).  The API key is read at call time from the
 environment variable ``api_key_env`` or the file ``api_key_file``; it is never
 part of the config, the archive or the logs (error texts are scrubbed of it).
 """
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import random
 import threading
@@ -26,9 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evo.errors import LLMError
+from operators.llm_transport import Completion, HTTPTransport, LitellmTransport, TransportError, choose, import_litellm
 from operators.replies import clean_text
-
-RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 
 _LOOP: asyncio.AbstractEventLoop | None = None  # the process's one LLM event loop
 _LOOP_LOCK = threading.Lock()
@@ -39,11 +39,6 @@ def _event_loop() -> asyncio.AbstractEventLoop:
     global _LOOP
     with _LOOP_LOCK:
         if _LOOP is None:
-            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at import
-            import litellm
-
-            litellm.suppress_debug_info = True
-            logging.getLogger("LiteLLM").setLevel(logging.ERROR)  # no per-call chatter on our console
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="evo-llm", daemon=True).start()
             _LOOP = loop
@@ -61,56 +56,18 @@ class Reply:
     calls: list[dict] = field(default_factory=list)  # llm_calls rows: model, tokens, cost, latency, error
 
 
-def _retry_after(exc: Exception) -> float | None:
-    """Seconds from a Retry-After header on a litellm/openai exception, if any."""
-    headers = {}
-    for source in (getattr(exc, "litellm_response_headers", None), getattr(getattr(exc, "response", None),
-                                                                          "headers", None)):
-        if source:
-            try:
-                headers.update({str(k).lower(): v for k, v in dict(source).items()})
-            except (TypeError, ValueError):
-                pass
-    value = headers.get("retry-after-ms")
-    if value is not None:
-        try:
-            return max(0.0, float(value) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: fall back to our own backoff
-
-
-def _status(exc: Exception) -> int | None:
-    for name in ("status_code", "status"):
-        value = getattr(exc, name, None)
-        if isinstance(value, int):
-            return value
-    return None
-
-
-def _retryable(exc: Exception) -> bool:
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
-        return True
-    name = type(exc).__name__
-    if name in ("Timeout", "APITimeoutError", "APIConnectionError", "RateLimitError", "ServiceUnavailableError",
-                "InternalServerError"):
-        return True
-    status = _status(exc)
-    return status in RETRYABLE_STATUS or (status is not None and status >= 500)
-
-
 class LLMClient:
-    """Chat completions against litellm models (hosted, vLLM, Ollama, ...), one or an ensemble."""
+    """Chat completions against litellm models (hosted, vLLM, Ollama, ...), one or an ensemble.
+
+    ``transport``: ``litellm``, ``http`` (an OpenAI-compatible ``api_base``, straight over
+    httpx) or ``auto`` (``http`` for ``openai/`` and ``hosted_vllm/`` models with an ``api_base``).
+    """
 
     def __init__(self, *, model: str | list[str] | None, api_base: str | None = None,
                  api_key_env: str | None = None, api_key_file: str | None = None, temperature: float = 0.7,
                  max_tokens: int = 4096, timeout_s: float = 120.0, retries: int = 2, backoff_s: float = 1.0,
                  max_backoff_s: float = 60.0, max_in_flight: int = 32, max_reply_chars: int = 200_000,
-                 prices: dict[str, list[float]] | None = None):
+                 prices: dict[str, list[float]] | None = None, transport: str = "auto"):
         models = [model] if isinstance(model, str) else list(model or [])
         if any(not isinstance(m, str) or not m for m in models) or len(set(models)) != len(models):
             raise LLMError(f"llm.model must be a model name or a list of distinct names, not {model!r}")
@@ -123,6 +80,7 @@ class LLMClient:
             if len(price) != 2 or min(price) < 0:
                 raise LLMError(f"llm.prices.{name} must be [usd per 1M input tokens, usd per 1M output tokens]")
         self.models = models
+        self.transport = choose(transport, models, api_base)
         self.api_base = api_base
         self.api_key_env = api_key_env
         self.api_key_file = api_key_file
@@ -139,11 +97,13 @@ class LLMClient:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._semaphore: asyncio.Semaphore | None = None
+        self._sender: LitellmTransport | HTTPTransport | None = None
+        self._litellm = None  # for prices only, on the HTTP transport
 
     # The event loop and its thread stay in the process that made them (Ray pickles operators).
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.update(_lock=None, _loop=None, _semaphore=None)
+        state.update(_lock=None, _loop=None, _semaphore=None, _sender=None, _litellm=None)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -166,8 +126,14 @@ class LLMClient:
             except OSError as exc:
                 raise LLMError(f"llm.api_key_file {self.api_key_file} cannot be read: {exc.strerror}") from None
         if not self.api_key_env:
+            if not self.api_base:
+                return None  # litellm finds the provider's key itself
             # A local server (vLLM, Ollama, ...) needs no key, but OpenAI's client insists on one.
-            return None if not self.api_base or os.environ.get("OPENAI_API_KEY") else "no-key"
+            # litellm reads OPENAI_API_KEY itself; the HTTP transport is given it.
+            env_key = os.environ.get("OPENAI_API_KEY")
+            if env_key:
+                return env_key if self.transport == "http" else None
+            return "no-key"
         key = os.environ.get(self.api_key_env)
         if key is None:
             raise LLMError(f"llm.api_key_env names {self.api_key_env}, which is not set in the environment")
@@ -176,8 +142,14 @@ class LLMClient:
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
+                if self.transport == "http":
+                    self._sender = HTTPTransport(self.api_base)
+                    if any(m not in self.prices for m in self.models):
+                        self._litellm = import_litellm()  # its cost map prices the other models
+                else:
+                    self._sender = LitellmTransport(self.prices)
+                    self._litellm = self._sender.litellm
                 self._loop = _event_loop()
-                self._register_prices()
                 self._semaphore = asyncio.Semaphore(self.max_in_flight)  # binds to the loop on first use
             return self._loop
 
@@ -212,40 +184,31 @@ class LLMClient:
     async def _attempt(self, model: str, messages: list[dict], max_tokens: int | None, key: str | None,
                        attempt: int) -> tuple[Reply, bool, float | None]:
         """One HTTP request: the reply, whether a failure may be retried, and the server's Retry-After."""
-        import litellm
-
         start = time.monotonic()
         try:
-            response = await asyncio.wait_for(litellm.acompletion(
-                model=model, messages=messages, api_base=self.api_base, api_key=key,
-                temperature=self.temperature, max_tokens=max_tokens or self.max_tokens,
-                timeout=self.timeout_s, num_retries=0, max_retries=0,
-            ), timeout=2 * self.timeout_s + 10)  # a backstop: litellm's own timeout comes first; the
+            done = await asyncio.wait_for(self._sender.send(
+                model, messages, api_base=self.api_base, api_key=key, temperature=self.temperature,
+                max_tokens=max_tokens or self.max_tokens, timeout_s=self.timeout_s,
+            ), timeout=2 * self.timeout_s + 10)  # a backstop: the transport's own timeout comes first; the
             # first requests of a process also wait for litellm to import its provider modules
-        except Exception as exc:  # litellm maps every provider failure to its own exception types
+        except Exception as exc:  # every attempt is a row, whatever failed
             latency = time.monotonic() - start
-            if isinstance(exc, asyncio.TimeoutError):
+            if isinstance(exc, TransportError):
+                error, retryable, retry_after = str(exc), exc.retryable, exc.retry_after
+            elif isinstance(exc, asyncio.TimeoutError):
                 error = f"Timeout: no reply within twice llm.timeout_s={self.timeout_s:g}"
-            else:
-                first = str(exc).splitlines()[0][:300] if str(exc) else ""
-                error = f"{type(exc).__name__}: {first}"
+                retryable, retry_after = True, None
+            else:  # a dropped connection the transport did not name, or a bug in it
+                error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                retryable, retry_after = isinstance(exc, OSError), None
             if key and len(key) >= 4:
                 error = error.replace(key, "***")
             record = self._record(model, attempt, latency=latency, error=error)
-            return Reply(None, model, error=error, calls=[record]), _retryable(exc), _retry_after(exc)
-        return self._reply(model, response, time.monotonic() - start, attempt), False, None
+            return Reply(None, model, error=error, calls=[record]), retryable, retry_after
+        return self._reply(model, done, time.monotonic() - start, attempt), False, None
 
-    def _reply(self, model: str, response, latency: float, attempt: int) -> Reply:
-        usage = getattr(response, "usage", None)
-        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = self._cost(model, response, prompt_tokens, completion_tokens)
-        try:
-            choice = response.choices[0]
-            text, finish = choice.message.content or "", str(getattr(choice, "finish_reason", "") or "")
-        except (AttributeError, IndexError, TypeError):
-            text, finish = "", ""
-        text = clean_text(text)
+    def _reply(self, model: str, done: Completion, latency: float, attempt: int) -> Reply:
+        text, finish, completion_tokens = clean_text(done.text), done.finish_reason, done.completion_tokens
         error = ""
         if not text.strip():
             error = "empty completion"
@@ -254,33 +217,22 @@ class LLMClient:
         elif len(text) > self.max_reply_chars:
             error = f"reply of {len(text)} characters exceeds llm.max_reply_chars={self.max_reply_chars}"
             text = text[: self.max_reply_chars]
-        record = self._record(model, attempt, response=text, prompt_tokens=prompt_tokens,
-                              completion_tokens=completion_tokens, cost_usd=cost, latency=latency, error=error)
+        record = self._record(model, attempt, response=text, prompt_tokens=done.prompt_tokens,
+                              completion_tokens=completion_tokens, cost_usd=self._cost(model, done), latency=latency,
+                              error=error)
         return Reply(None if error else text, model, finish, error, [record])
 
-    def _register_prices(self) -> None:
-        """Teach litellm our prices, so that its own accounting of each call uses them too."""
-        if not self.prices:
-            return
-        import litellm
-
-        litellm.register_model({model: {"input_cost_per_token": price[0] / 1e6, "output_cost_per_token": price[1] / 1e6,
-                                        "litellm_provider": model.split("/", 1)[0] if "/" in model else "openai",
-                                        "mode": "chat"} for model, price in self.prices.items()})
-
-    def _cost(self, model: str, response, prompt_tokens: int, completion_tokens: int) -> float:
+    def _cost(self, model: str, done: Completion) -> float:
         if model in self.prices:
             per_input, per_output = self.prices[model]
-            return (prompt_tokens * per_input + completion_tokens * per_output) / 1e6
-        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-        if cost is not None:  # litellm priced it already, while logging the call
-            return float(cost)
+            return (done.prompt_tokens * per_input + done.completion_tokens * per_output) / 1e6
+        if done.cost_usd is not None:  # litellm priced it already, while logging the call
+            return done.cost_usd
         if model in self._unpriced:
             return 0.0
-        import litellm
-
         try:
-            return float(litellm.completion_cost(completion_response=response) or 0.0)
+            return float(sum(self._litellm.cost_per_token(model=model, prompt_tokens=done.prompt_tokens,
+                                                          completion_tokens=done.completion_tokens)))
         except Exception:  # models missing from litellm's price list cost what we cannot know
             self._unpriced.add(model)
             return 0.0

@@ -53,12 +53,14 @@ class ScriptedLLMServer:
     def __init__(self, reply=halve_warps):
         self.reply = reply
         self.requests: list[dict] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 (http.server's naming)
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 server.requests.append(body)
+                server.authorizations.append(self.headers.get("Authorization"))
                 status, payload, *headers = server.reply(body)
                 if isinstance(payload, bytes):
                     data = payload

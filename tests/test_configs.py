@@ -48,6 +48,16 @@ def test_llm_ensemble_budget_and_repair_come_from_config(tmp_path):
     assert "llm_repair" not in [op.name for op in c.operators] and not c.steering.offline_operators
 
 
+@pytest.mark.parametrize("transport, api_base, chosen", [
+    ("auto", "http://127.0.0.1:1/v1", "http"), ("auto", None, "litellm"),
+    ("litellm", "http://127.0.0.1:1/v1", "litellm"), ("http", "http://127.0.0.1:1/v1", "http"),
+])
+def test_llm_transport_comes_from_config(transport, api_base, chosen, tmp_path):
+    base = [f"llm.api_base={api_base}"] if api_base else []
+    c = build(cfg(f"run.dir={tmp_path}", "llm.model=openai/x", f"llm.transport={transport}", *base))
+    assert c.llm.transport == chosen
+
+
 def test_public_config_keys_exist():
     c = cfg("run.dir=/tmp/x", "run.budget.evaluations=3", "task.path=/tmp/t.py", "llm.model=m",
             "llm.api_base=http://h", "evaluator.device=cpu", "ray.address=auto")
@@ -63,6 +73,8 @@ def test_public_config_keys_exist():
     ("operators.constants.weight=0 operators.param_crossover.weight=0", "no operator is enabled"),
     ("llm.model=openai/x llm.budget.usd=-1", "llm.budget.usd must be >= 0"),
     ("llm.model=openai/x llm.max_in_flight=0", "max_in_flight must be positive"),
+    ("llm.model=openai/x llm.transport=grpc", "llm.transport must be one of auto, litellm, http"),
+    ("llm.model=openai/x llm.transport=http", "llm.transport=http needs llm.api_base"),
     ("llm.model=[a,a]", "list of distinct names"),
     ("llm.model=openai/x operators.llm_repair.weight=1", "set its probability, not a weight"),
     ("llm.model=openai/x operators.llm_rewrite.operator.template=nope.jinja", "prompt template 'nope.jinja'"),

@@ -195,6 +195,18 @@ def test_island_routes_repairs_and_respects_the_llm_budget(builtin_tasks, server
         Island(0, [LLMRepair(client=client)], [0.0], seed=1)
 
 
+def test_a_child_whose_analysis_fails_keeps_its_llm_calls(builtin_tasks, server, monkeypatch):
+    import islands.island
+
+    def fail(source, descriptors):
+        raise SystemError("AST constructor recursion depth mismatch (before=27, after=18)")
+
+    monkeypatch.setattr(islands.island, "analyse", fail)
+    proposal = Island(0, [LLMMutation(client=llm_client(server))], [1.0], seed=1).propose(
+        make_context(builtin_tasks["gelu"]))
+    assert proposal.source is None and "SystemError" in proposal.note and len(proposal.llm_calls) == 1
+
+
 def test_a_child_identical_to_its_parent_is_not_proposed(builtin_tasks):
     task = builtin_tasks["gelu"]
     ctx = make_context(task)

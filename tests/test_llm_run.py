@@ -1,10 +1,12 @@
 """Whole runs with LLM operators against scripted servers: faults, budgets, repairs, the bandit.
 
 The evaluator is a trivial stand-in (tests.llm_server.TrivialEvaluator), so these
-runs exercise the proposal path and the run loop, not Triton.
+runs exercise the proposal path and the run loop, not Triton.  The fault and key tests run on
+both transports (litellm, plain HTTP); the others on the default (plain HTTP for these endpoints).
 """
 import json
 
+import pytest
 from sqlalchemy import select
 
 from archive import Archive
@@ -55,12 +57,15 @@ def event_kinds(tmp_path):
     return [json.loads(line)["event"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
 
 
-def test_a_run_through_every_fault_completes_its_budget_and_records_every_failure(tmp_path, builtin_tasks):
+@pytest.mark.parametrize("transport", ["litellm", "http"])
+def test_a_run_through_every_fault_completes_its_budget_and_records_every_failure(tmp_path, builtin_tasks,
+                                                                                   transport):
     plan = ["ok", "429", "ok", "500", "ok", "hang", "ok", "malformed", "truncated", "ok", "empty", "non_utf8"]
     faults = Faults(plan, hang_s=1.5)
     tasks = [builtin_tasks["gelu"], builtin_tasks["softmax"]]
     with ScriptedLLMServer(faults) as server:
-        archive, controller = run(tmp_path, tasks, server, budget=24, models=("openai/a", "openai/b"))
+        archive, controller = run(tmp_path, tasks, server, budget=24, models=("openai/a", "openai/b"),
+                                  transport=transport)
     assert archive.child_evaluation_count() == 24 and archive.pending() == []
     calls = rows(archive, LLMCallRow)
     assert len(calls) == faults.requests, "every request is one llm_calls row"
@@ -135,7 +140,9 @@ def test_failed_children_get_at_most_one_repair(tmp_path, builtin_tasks):
     assert prompts and all("does not compile" in p and "CompilationError" in p for p in prompts)
 
 
-def test_the_api_key_reaches_the_endpoint_but_not_the_database_or_the_events(tmp_path, builtin_tasks, monkeypatch):
+@pytest.mark.parametrize("transport", ["litellm", "http"])
+def test_the_api_key_reaches_the_endpoint_but_not_the_database_or_the_events(tmp_path, builtin_tasks, monkeypatch,
+                                                                             transport):
     key = "sk-evo-test-4c1d9e"
     monkeypatch.setenv("EVO_TEST_KEY", key)
     seen = []
@@ -146,7 +153,8 @@ def test_the_api_key_reaches_the_endpoint_but_not_the_database_or_the_events(tmp
         return variants(request)
 
     with ScriptedLLMServer(reply) as server:
-        archive, _ = run(tmp_path, [builtin_tasks["gelu"]], server, budget=4, api_key_env="EVO_TEST_KEY")
+        archive, _ = run(tmp_path, [builtin_tasks["gelu"]], server, budget=4, api_key_env="EVO_TEST_KEY",
+                         transport=transport)
     archive.close()
     assert seen and archive.child_evaluation_count() == 4
     for path in tmp_path.iterdir():
