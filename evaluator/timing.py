@@ -140,7 +140,6 @@ class _CudaTimer:
                        for _ in range(slots)]
         self.cycles_per_ms = spin_rate()
         self.lead_ms = 1.0  # how long the GPU spins while the host queues a batch
-        self.requeued = 0  # batches timed again behind a longer spin
 
     def run(self, calls) -> list[float]:
         for _ in range(4):
@@ -158,7 +157,6 @@ class _CudaTimer:
             starved, self.lead_ms = next_lead(enqueue_ms, self.lead_ms)
             if not starved or not self.cycles_per_ms:
                 break
-            self.requeued += 1
         return [start.elapsed_time(end) for _, (start, end) in zip(calls, self.events)]
 
 
