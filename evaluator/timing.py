@@ -11,6 +11,7 @@ a GPU.
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -170,6 +171,7 @@ def next_lead(enqueue_ms: float, lead_ms: float, *, floor_ms: float = 1.0, cap_m
     return enqueue_ms >= lead_ms, min(cap_ms, max(floor_ms, 2.0 * enqueue_ms))
 
 
+@functools.cache  # once per process: each timing (every shape set with time_shapes=all) reuses it
 def spin_rate() -> float:
     """GPU clock cycles per millisecond of ``torch.cuda._sleep`` (0.0 where torch lacks it)."""
     if not hasattr(torch.cuda, "_sleep"):

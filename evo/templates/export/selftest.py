@@ -14,6 +14,7 @@ runs; timings not representative).  Copied unchanged into every exported package
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import statistics
@@ -140,6 +141,7 @@ def _side_by_side_ms(new, ref, device: str, reps: int, budget_s: float = 2.0, ba
     return statistics.median(times[new]), statistics.median(times[ref])
 
 
+@functools.cache  # once per process, not once per bucket timed
 def _spin_rate() -> float:
     """GPU clock cycles per millisecond of ``torch.cuda._sleep`` (0.0 where torch lacks it)."""
     if not hasattr(torch.cuda, "_sleep"):
