@@ -19,7 +19,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive.store import ArchiveError
 from archive.statements import (
-    CELLS, CENTROIDS, EVALUATIONS, LINEAGE, LLM_CALLS, MIGRATIONS, PROGRAMS, SHAPE_TIMINGS, STATS,
+    CELLS, CENTROIDS, EVALUATIONS, LINEAGE, LLM_CALLS, META, MIGRATIONS, PROGRAMS, SHAPE_TIMINGS, STATS,
 )
 
 P, E, L, S = PROGRAMS.c, EVALUATIONS.c, LLM_CALLS.c, SHAPE_TIMINGS.c
@@ -120,6 +120,11 @@ class ArchiveReader:
             return {"copy": self._one(select(func.count(M.id).label("n")))["n"]}
         return {r["kind"]: r["n"] for r in self._rows(select(M.kind, func.count(M.id).label("n"))
                                                       .group_by(M.kind).order_by(M.kind))}
+
+    def meta(self, key: str) -> str | None:
+        """A value the run saved in its ``meta`` table (e.g. the meta-prompt pool)."""
+        rows = self._rows(select(META.c.value).where(META.c.key == key))
+        return rows[0]["value"] if rows else None
 
     def started_at(self) -> float | None:
         return self._one(select(func.min(P.created_at).label("t")))["t"]

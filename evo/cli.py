@@ -119,7 +119,8 @@ def _run_args(args: list[str], usage: str, optional: set[str] = frozenset(),
 
 def status_command(args: list[str]) -> int:
     from evo.run_view import open_run
-    from evo.summary import model_table, operator_table, status_table
+    from evo.summary import fragment_table, model_table, operator_table, status_table
+    from operators.meta_prompt import STATE_KEY, table
 
     try:
         picked = _run_args(args, "evo status run.dir=DIR")
@@ -127,6 +128,7 @@ def status_command(args: list[str]) -> int:
             rows, operators = run.task_rows(), run.archive.operator_rates()
             models, spend = run.archive.model_rates(), run.archive.llm_spend()
             children, migrations = run.archive.child_evaluation_count(), run.archive.migration_counts()
+            pool = run.archive.meta(STATE_KEY)
     except EvoError as exc:
         return _fail(str(exc))
     console = Console()
@@ -134,6 +136,8 @@ def status_command(args: list[str]) -> int:
     console.print(operator_table(operators))
     if models:
         console.print(model_table(models))
+    if pool:
+        console.print(fragment_table(table(json.loads(pool))))
     console.print(f"children evaluated: {children}; resumes: {run.info.get('resumes', 0)}; "
                   f"LLM calls: {spend['calls']}, {spend['errors']} failed (${spend['cost_usd']:.4f})")
     moved = ", ".join(f"{n} {kind}" for kind, n in migrations.items()) or "none"

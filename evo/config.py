@@ -93,12 +93,20 @@ def _operators(cfg: DictConfig, llm: LLMClient | None) -> tuple[list[Operator], 
 
 def _steering(cfg: DictConfig, llm: LLMClient | None, operators: list[Operator],
               weights: list[float]) -> LLMSteering | None:
+    meta = cfg.llm.get("meta_prompt")
     if llm is None:
+        if meta is not None and meta.enabled:
+            raise ConfigError("llm.meta_prompt.enabled evolves LLM prompts: it needs llm.model")
         return None
     budget = instantiate_node(cfg.llm.budget, "llm.budget")
     repair = next((op.probability for op in operators if op.repairs), 0.0)
     offline = any(w > 0 and not op.needs_llm for op, w in zip(operators, weights))
-    return LLMSteering(models=llm.models, budget=budget, repair_probability=repair, offline_operators=offline)
+    prompts = None
+    if meta is not None and meta.enabled:
+        prompts = instantiate_node(OmegaConf.masked_copy(meta, [k for k in meta if k != "enabled"]),
+                                   "llm.meta_prompt")
+    return LLMSteering(models=llm.models, budget=budget, repair_probability=repair, offline_operators=offline,
+                       prompts=prompts)
 
 
 def build(cfg: DictConfig) -> Components:
@@ -107,15 +115,17 @@ def build(cfg: DictConfig) -> Components:
         raise ConfigError(f"run.backend must be ray or local, not {cfg.run.backend!r}")
     if int(cfg.islands.count) < 1:
         raise ConfigError("islands.count must be at least 1")
+    prepared = cfg.run.get("prepared_per_island")  # absent from the config of a run made before it
     try:
         run = RunSettings(
             dir=run_dir, seed=int(cfg.run.seed), budget_evaluations=int(cfg.run.budget.evaluations),
             proposals_per_island=int(cfg.run.proposals_per_island), inspirations=int(cfg.run.inspirations),
+            prepared_per_island=None if prepared is None else int(prepared),
             max_failed_proposals=int(cfg.run.max_failed_proposals), stats_interval=int(cfg.run.stats_interval),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    client = OmegaConf.masked_copy(cfg.llm, [k for k in cfg.llm if k != "budget"])
+    client = OmegaConf.masked_copy(cfg.llm, [k for k in cfg.llm if k not in ("budget", "meta_prompt")])
     llm = instantiate_node(client, "llm") if cfg.llm.model else None
     operators, weights = _operators(cfg, llm)
     url = cfg.archive.url or f"sqlite:///{Path(run_dir).resolve() / 'archive.db'}"

@@ -15,10 +15,10 @@ import itertools
 import json
 import sys
 import time
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from islands.migration import MigrationSettings, round_rng
 from islands.stagnation import RESEEDS_META, Stagnation
 from operators.base import Context, Proposal
 from operators.llm import LLMRepair
+from operators.meta_prompt import STATE_KEY as PROMPTS_STATE  # the fragments and their scores, with the RNG
 from operators.steering import LLMSteering
 
 Events = Callable[..., None]
@@ -45,12 +46,27 @@ def _no_events(kind: str, **fields) -> None:
     pass
 
 
+class _Out(NamedTuple):
+    """A proposal under way, as the loop started it."""
+
+    island: int
+    task: str
+    parent: Program
+    inspirations: list[Program]
+    model: str | None  # the LLM model picked for it (None: offline only)
+    fragment: int | None  # the prompt fragment it was asked with (meta-prompt evolution)
+
+
 @dataclass(frozen=True)
 class RunSettings:
     dir: str
     seed: int = 0
     budget_evaluations: int = 64  # evaluations of children (seeds are extra)
-    proposals_per_island: int = 2  # proposals in flight per island
+    proposals_per_island: int = 2  # proposals in flight per island (with LLM operators: requests in flight)
+    # With LLM operators: proposals per island prepared beyond its requests in flight, each sent the
+    # moment a request comes back, so the endpoint never waits on the run loop's bookkeeping.
+    # None: a quarter of proposals_per_island, at least one (experiments/proposal_rate_bench.md).
+    prepared_per_island: int | None = None
     inspirations: int = 2
     max_failed_proposals: int = 200  # in a row, before the run stops proposing
     stats_interval: int = 8  # child evaluations between entries of the QD statistics history
@@ -61,8 +77,21 @@ class RunSettings:
             raise ValueError("run.budget.evaluations must be >= 0")
         if self.proposals_per_island < 1:
             raise ValueError("run.proposals_per_island must be >= 1")
+        if self.prepared_per_island is not None and self.prepared_per_island < 0:
+            raise ValueError("run.prepared_per_island must be >= 0 or null")
         if self.stats_interval < 1:
             raise ValueError("run.stats_interval must be >= 1")
+
+    @property
+    def prepared(self) -> int:
+        """Proposals per island prepared beyond its requests in flight, with LLM operators."""
+        if self.prepared_per_island is not None:
+            return self.prepared_per_island
+        return max(1, -(-self.proposals_per_island // 4))
+
+    def proposals_held(self, llm: bool) -> int:
+        """Proposals the loop keeps out per island: those in flight, and with LLM operators the prepared."""
+        return self.proposals_per_island + (self.prepared if llm else 0)
 
 
 class Controller:
@@ -84,13 +113,15 @@ class Controller:
         self.children_done = 0
         self.failed_in_a_row = 0
         self._task_cycle = {i: itertools.cycle(self.tasks) for i in range(backend.island_count)}
-        self._island_cycle = itertools.cycle(range(backend.island_count))
+        self._island_shares = [0] * backend.island_count  # proposals started on each island in this session
         self._ready: set[str] = set()  # tasks with at least one elite
         self._queue: deque[Program] = deque()
-        self._proposals: dict[Future, tuple[int, str, Program, list[Program], str | None]] = {}
+        self._proposals: dict[Future, _Out] = {}
         self._repairs: deque[Program] = deque()  # failed children waiting for their one repair attempt
         self._failures: dict[tuple[str, int], deque[dict]] = {}  # (task, island) -> recent failures
         self._llm_children: dict[int, tuple[str, float | None]] = {}  # program id -> (model, parent fitness)
+        self.prompts = steering.prompts if steering is not None else None
+        self._fragment_children: dict[int, int] = {}  # program id -> the prompt fragment it was asked with
         self._llm_stopped = False
         self._started: dict[Future, float] = {}  # when each proposal or evaluation was submitted
         self._seconds = {"proposal": 0.0, "evaluation": 0.0}  # moving averages of their durations
@@ -112,13 +143,19 @@ class Controller:
         self._in_flight_hashes.add((program.task, program.source_hash))
 
     def _rng_meta(self) -> dict[str, str]:
-        return {RNG_META: json.dumps(self.rng.bit_generator.state), SEQUENCE_META: str(self._sequence)}
+        meta = {RNG_META: json.dumps(self.rng.bit_generator.state), SEQUENCE_META: str(self._sequence)}
+        if self.prompts is not None:
+            meta[PROMPTS_STATE] = json.dumps(self.prompts.state())
+        return meta
 
     def _start(self) -> None:
         state = self.archive.get_meta(RNG_META)
         if state is not None:  # continue the stream where the last committed change left it
             self.rng.bit_generator.state = json.loads(state)
         self._sequence = int(self.archive.get_meta(SEQUENCE_META) or 0)
+        pool = self.archive.get_meta(PROMPTS_STATE)
+        if pool is not None and self.prompts is not None:
+            self.prompts.restore(json.loads(pool))
         self.children_done = self.archive.child_evaluation_count()
         self._ready = {name for name in self.tasks if self.archive.has_elites(name)}
         if self.migration.reseed_after > 0 and self.backend.island_count > 1:
@@ -174,6 +211,10 @@ class Controller:
                 stalled = True
                 self.events("stalled", failed=self.failed_in_a_row)
         self._record_stats()
+        # What the last evaluations taught after their commits (fragment scores, the draws they
+        # made) is saved with the rest, for a run resumed with a larger budget.
+        for key, value in self._rng_meta().items():
+            self.archive.set_meta(key, value)
         self.events("done", children_done=self.children_done)
 
     def _start_evaluations(self) -> None:
@@ -185,11 +226,20 @@ class Controller:
             self._started[future] = time.monotonic()
 
     def _start_proposals(self) -> None:
-        limit = self.settings.proposals_per_island * self.backend.island_count
+        islands, requests = self.backend.island_count, self.settings.proposals_per_island
+        most = self.settings.proposals_held(self.steering is not None)
+        # island -> its proposals out (one that came back holds no request: its island has room)
+        held = Counter(out.island for future, out in self._proposals.items() if not future.done())
         backlog = self._backlog()
-        for _ in range(limit):
-            if (len(self._proposals) >= limit or len(self._queue) >= backlog or not self._ready
-                    or self._committed() >= self.settings.budget_evaluations):
+        for _ in range(most * islands):
+            left = self.settings.budget_evaluations - self._committed()
+            # Proposals prepared beyond an island's requests only while more than a wave of the budget
+            # is left: at the end one would wait a whole reply for its island's slot while another
+            # island's slot stood idle.
+            cap = most if left > requests * islands else requests
+            room = [i for i in range(islands) if held[i] < cap]
+            if (not room or len(self._proposals) >= most * islands or len(self._queue) >= backlog
+                    or not self._ready or left <= 0):
                 return
             model = None
             if self.steering is not None:
@@ -197,23 +247,31 @@ class Controller:
                 if model is None and not self.steering.offline_operators:
                     self._llm_budget_spent()
                     return  # wait for requests in flight; the run ends when nothing is left
-            if self._repairs and model is not None:
+            if self._repairs and model is not None and self._repairs[0].island in room:
                 parent, repair = self._repairs.popleft(), True
                 island, task_name, inspirations = parent.island, parent.task, []
             else:
-                repair, island = False, next(self._island_cycle)
+                # The island with the fewest proposals out, then the fewest so far: a proposal given to an
+                # island whose requests are all out waits there while another's slot may be idle.
+                repair = False
+                island = min(room, key=lambda i: (held[i], self._island_shares[i], i))
                 task_name = next(t for t in self._task_cycle[island] if t in self._ready)
                 parent = self.archive.sample_parent(task_name, island, self.rng, self.selection)
                 inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations,
                                                          self.rng, self.inspiration)
             task = self.tasks[task_name]
+            fragment = self.prompts.choose(self.rng) if self.prompts is not None and model and not repair else None
             self._sequence += 1
             context = Context(task_name=task.name, task_source=task.source, parent=parent,
                               inspirations=inspirations, hardware=self.hardware, sequence=self._sequence,
                               failures=list(self._failures.get((task_name, island), ())), model=model,
-                              llm_allowed=self.steering is None or model is not None, repair=repair)
+                              llm_allowed=self.steering is None or model is not None, repair=repair,
+                              guidance=fragment.text if fragment is not None else "")
             future = self.backend.propose(island, context)
-            self._proposals[future] = (island, task_name, parent, inspirations, model)
+            held[island] += 1
+            self._island_shares[island] += 1
+            self._proposals[future] = _Out(island, task_name, parent, inspirations, model,
+                                           fragment.id if fragment is not None else None)
             self._started[future] = time.monotonic()
 
     def _backlog(self) -> int:
@@ -242,7 +300,7 @@ class Controller:
                        if reason else ""})
 
     def _on_proposal(self, future: Future, island: int, task: str, parent: Program,
-                     inspirations: list[Program], model: str | None) -> None:
+                     inspirations: list[Program], model: str | None, fragment: int | None) -> None:
         try:
             proposal: Proposal = future.result()
         except Exception as exc:  # the island actor died; it is restarted by the backend
@@ -267,10 +325,14 @@ class Controller:
             self._enqueue(program)
             if model is not None:
                 self._llm_children[program.id] = (model, parent.fitness)
+            if fragment is not None and proposal.llm_calls:  # an offline operator's child used no prompt
+                self._fragment_children[program.id] = fragment
         else:
             self.failed_in_a_row += 1
             if model is not None:
                 self.steering.ensemble.reward(model, False)
+            if fragment is not None and proposal.llm_calls:
+                self._reward_fragment(fragment, False)
             if proposal.operator != "none" and not failure.startswith("duplicate"):
                 self._note_failure(task, island, proposal.operator, "no child", failure)
             self.events("proposal_failed", task=task, island=island, operator=proposal.operator, reason=failure)
@@ -317,8 +379,11 @@ class Controller:
 
     def _in_flight(self) -> dict:
         """What is under way: for the progress display and events.jsonl."""
+        llm = [sum(1 for out in self._proposals.values() if out.island == i and out.model is not None)
+               for i in range(self.backend.island_count)]
+        # Each island sends at most proposals_per_island requests at once; the rest are prepared.
         state = {"proposals": len(self._proposals),
-                 "llm_requests": sum(1 for entry in self._proposals.values() if entry[-1] is not None),
+                 "llm_requests": sum(min(n, self.settings.proposals_per_island) for n in llm),
                  "evaluations": len(self._evaluations), "queued": len(self._queue)}
         if self.steering is not None:
             state["llm_usd"] = round(self.steering.budget.spent_usd, 4)
@@ -327,11 +392,14 @@ class Controller:
     def _learn(self, program: Program, result: EvalResult, insert: Insert) -> None:
         """Feed an evaluated child back: the bandit's reward, the island's failures, a repair."""
         model, parent_fitness = self._llm_children.pop(program.id, (None, None))
+        fragment = self._fragment_children.pop(program.id, None)
+        improved = insert is not Insert.NOT_ADDED or (
+            result.correct and result.speedup is not None and (parent_fitness is None
+                                                               or result.speedup > parent_fitness))
         if model is not None:
-            improved = insert is not Insert.NOT_ADDED or (
-                result.correct and result.speedup is not None and (parent_fitness is None
-                                                                   or result.speedup > parent_fitness))
             self.steering.ensemble.reward(model, improved)
+        if fragment is not None:
+            self._reward_fragment(fragment, improved)
         if result.correct:
             return
         self._note_failure(program.task, program.island, program.operator, result.status.value, result.reason)
@@ -340,6 +408,12 @@ class Controller:
                 and self.rng.random() < steering.repair_probability):
             program.result = result
             self._repairs.append(program)
+
+    def _reward_fragment(self, fragment: int, improved: bool) -> None:
+        bred = self.prompts.reward(fragment, improved, self.rng)
+        if bred is not None:
+            self.events("prompt_bred", fragment=bred.id, parents=bred.parents, text=" ".join(bred.sentences),
+                        pool=len(self.prompts.fragments))
 
     def _record_stats(self) -> None:
         self.archive.record_stats(list(self.tasks), self.backend.island_count, self.children_done)

@@ -101,14 +101,15 @@ def _check_run_dir(run_dir: Path, task_names: list[str]) -> bool:
 def make_backend(c: Components, device: str, gpus: int, resume_count: int):
     """The islands and evaluators of ``c`` on its backend (also what experiments/pipeline_bench.py drives)."""
     workers = c.evaluator.workers or (gpus if device == "cuda" else 1)
-    islands = [Island(i, c.operators, c.weights, c.run.seed, resume_count, c.descriptors)
-               for i in range(c.island_count)]
+    islands = [Island(i, c.operators, c.weights, c.run.seed, resume_count, c.descriptors,
+                      requests=c.run.proposals_per_island) for i in range(c.island_count)]
+    held = c.run.proposals_held(c.llm is not None)  # each served at once: the prepared wait inside the island
     if c.backend == "local":
         return LocalBackend(islands, lambda i: Evaluator(c.evaluator, device, i if device == "cuda" else None),
-                            workers, c.run.proposals_per_island)
+                            workers, held)
     from islands.ray_backend import RayBackend
 
-    return RayBackend(c.ray, islands, c.evaluator, device, workers, c.run.proposals_per_island)
+    return RayBackend(c.ray, islands, c.evaluator, device, workers, held)
 
 
 def _with_seed(task: Task, backend, from_compile: bool, console: Console) -> Task:

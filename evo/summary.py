@@ -54,3 +54,12 @@ def model_table(rows: list[dict]) -> Table:
     return _table(None, ("model", "calls", "failed", "correct", "cost"),
                   [(r["model"], str(r["calls"]), str(r["errors"]), _pct(r["rate"]), f"${r['cost_usd']:.4f}")
                    for r in rows])
+
+
+def fragment_table(rows: list[dict], shown: int = 5) -> Table:
+    """The meta-prompt pool's best fragments (``operators.meta_prompt.table``)."""
+    return _table(None, ("fragment", "children", "improved", "rate", "advice"),
+                  [(str(r["id"]), str(r["children"]), str(r["improvements"]), _pct(r["rate"]),
+                    r["text"] if len(r["text"]) <= 160 else r["text"][:157] + "...") for r in rows[:shown]],
+                  caption=f"meta-prompt evolution: the best {min(shown, len(rows))} of {len(rows)} fragments "
+                          "(rate: posterior mean share of children that improved)")

@@ -64,7 +64,7 @@ from evo.program import Program  # noqa: E402
 from evo.progress import RunEvents  # noqa: E402
 from evo.runner import code_version, make_backend  # noqa: E402
 from experiments.pipeline_figures import TimedBackend, figures, table  # noqa: E402
-from experiments.proposal_rate_bench import start_server  # noqa: E402
+from experiments.proposal_rate_bench import Server  # noqa: E402
 from operators import Context  # noqa: E402
 
 CLOCK = time.monotonic()
@@ -230,7 +230,8 @@ def parse(argv=None):
 
 def main(argv=None) -> list[dict]:
     args = parse(argv)
-    server, api_base = start_server(args.latency)  # forked before Ray starts threads in this process
+    server = Server(args.latency, log=False)  # forked before Ray starts threads in this process
+    api_base = server.api_base
     device, gpus = resolve_device(args.device)
     if args.backend == "ray":
         log("starting Ray")
@@ -260,7 +261,7 @@ def main(argv=None) -> list[dict]:
                 text = write(args.out, header, results)  # after each one: a timeout still leaves data
                 log("done\n" + text)
     finally:
-        server.terminate()
+        server.stop()
         if args.backend == "ray":
             import ray
 

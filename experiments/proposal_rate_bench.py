@@ -12,10 +12,14 @@ are the proposal path's and the run loop's own.
 
 - At latency L with K requests in flight the theoretical rate is K / L
   proposals per second.  Two figures of what the engine sustains: over the
-  whole run, N = waves x K proposals over the time from the first request to
-  the last reply (ramp and drain included); and in the steady state, replies
-  per second from the K-th request to the last one (``steady_rate``).  Target
-  (issue 7): >= 97% at K=32, L=2 s.
+  whole run, N = waves x K proposals over the time from the first submission
+  to the last reply (ramp and drain included); and in the steady state, replies
+  per second at the server from the K-th request to the last one
+  (``steady_rate``).  Target (issue 7): >= 97% at K=32, L=2 s.  K is what the
+  endpoint sees: each island sends at most K / islands requests at once
+  (``Island(requests=...)``) while the loop keeps ``--prepared`` more proposals
+  per island ready; the server logs every request, and the run fails if it
+  ever held more than K at once.
 - At zero latency the rate is the engine's overhead per child (LLM path, and
   the offline operator alone).  Target: > 50 children per second.
 """
@@ -25,6 +29,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import queue as queue_module
 import os
 import platform
 import tempfile
@@ -43,15 +48,19 @@ from tests.llm_server import TrivialEvaluator, Variants  # noqa: E402
 
 
 async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, latency_s: float,
-                  variants: Variants) -> None:
-    """HTTP/1.1 keep-alive: each request is a POST with a JSON body; replies after ``latency_s``."""
+                  variants: Variants, log) -> None:
+    """HTTP/1.1 keep-alive: each request is a POST with a JSON body; replies after ``latency_s``.
+    Each request's arrival and the end of its wait go to ``log`` (monotonic clock, shared by processes)."""
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
             length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
                            if line.lower().startswith(b"content-length:")), 0)
             request = json.loads(await reader.readexactly(length) or b"{}")
+            arrived = time.monotonic()
             await asyncio.sleep(latency_s)
+            if log is not None:
+                log.put((arrived, time.monotonic()))
             status, body = variants(request)
             data = json.dumps(body).encode()
             writer.write(b"HTTP/1.1 %d OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
@@ -61,11 +70,11 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, la
         writer.close()
 
 
-def _serve(latency_s: float, port_queue) -> None:
+def _serve(latency_s: float, port_queue, log) -> None:
     async def main():
         variants = Variants()  # no latency of its own: the server sleeps without a thread
-        server = await asyncio.start_server(lambda r, w: _handle(r, w, latency_s, variants), "127.0.0.1", 0,
-                                            backlog=256)
+        server = await asyncio.start_server(lambda r, w: _handle(r, w, latency_s, variants, log), "127.0.0.1",
+                                            0, backlog=256)
         port_queue.put(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
         await server.serve_forever()
 
@@ -95,7 +104,7 @@ class TimedBackend(LocalBackend):
 
 
 def measure(*, children: int, in_flight: int, api_base: str | None, islands: int = 2, ray: bool = False,
-            transport: str = "auto") -> dict:
+            transport: str = "auto", prepared: int | None = None) -> dict:
     """Run the loop for ``children`` evaluations; the proposal rate and the children rate."""
     tasks = load_tasks("default")
     if api_base:
@@ -106,26 +115,27 @@ def measure(*, children: int, in_flight: int, api_base: str | None, islands: int
         steering = LLMSteering(models=client.models, offline_operators=False)
     else:
         operators, weights, steering = [TunableConstantMutation()], [1.0], None
-    per_island = max(1, in_flight // islands)
+    per_island = max(1, in_flight // islands)  # requests in flight per island
     with tempfile.TemporaryDirectory() as tmp:
+        settings = RunSettings(dir=tmp, seed=1, budget_evaluations=children, proposals_per_island=per_island,
+                               prepared_per_island=prepared, max_failed_proposals=1000)
+        held = settings.proposals_held(llm=steering is not None)  # proposals the loop keeps out per island
         archive = Archive(f"sqlite:///{Path(tmp) / 'archive.db'}")
-        island_list = [Island(i, operators, weights, seed=1) for i in range(islands)]
+        island_list = [Island(i, operators, weights, seed=1, requests=per_island) for i in range(islands)]
         ray_islands = None
         if ray:  # island actors in their own processes (threaded, per_island at once), as `evo run` has them
             from evaluator import EvaluatorSettings
             from islands.ray_backend import RayBackend, RaySettings
 
             ray_islands = RayBackend(RaySettings(num_cpus=os.cpu_count()), island_list, EvaluatorSettings(),
-                                     "cpu", 0, per_island)
+                                     "cpu", 0, held)
             if api_base:  # each actor process imports litellm on its first request: not part of the rate
                 task = tasks[0]
                 parent = Program(id=0, task=task.name, island=0, generation=0, operator="seed", source=task.seeds[0])
                 for future in [ray_islands.propose(i % islands, Context(task_name=task.name, task_source=task.source,
                                                                         parent=parent)) for i in range(2 * islands)]:
                     future.result()
-        backend = TimedBackend(island_list, lambda i: TrivialEvaluator(), 2, per_island, ray_islands)
-        settings = RunSettings(dir=tmp, seed=1, budget_evaluations=children, proposals_per_island=per_island,
-                               max_failed_proposals=1000)
+        backend = TimedBackend(island_list, lambda i: TrivialEvaluator(), 2, held, ray_islands)
         controller = Controller(settings=settings, tasks=tasks, archive=archive, backend=backend,
                                 migration=MigrationSettings(interval=64), steering=steering)
         start = time.perf_counter()
@@ -138,28 +148,52 @@ def measure(*, children: int, in_flight: int, api_base: str | None, islands: int
         archive.close()
     span = max(backend.returned) - min(backend.submitted)
     return {"proposals": len(backend.returned), "children": done, "span_s": span, "wall_s": wall,
-            "proposal_rate": len(backend.returned) / span, "steady_rate": steady_rate(backend, in_flight),
-            "child_rate": done / wall}
+            "proposal_rate": len(backend.returned) / span, "child_rate": done / wall}
 
 
-def steady_rate(backend: TimedBackend, in_flight: int) -> float:
-    """Replies per second while the loop had its whole first wave out and was still proposing: from
-    the ``in_flight``-th submission to the last one.  A finite run also has a ramp (the first wave
-    goes out while seeds are evaluated) and a drain (slots fall idle once the budget is covered);
-    this window leaves both out, and an engine that refilled every slot at once would reach
-    in-flight / latency in it."""
-    submitted, returned = sorted(backend.submitted), sorted(backend.returned)
-    if len(submitted) <= in_flight:
+class Server:
+    """The scripted server in its own process, and the log of the requests it answered (``log``)."""
+
+    def __init__(self, latency_s: float, log: bool = True):
+        queue, self._log = multiprocessing.Queue(), multiprocessing.Queue() if log else None
+        self.process = multiprocessing.Process(target=_serve, args=(latency_s, queue, self._log), daemon=True)
+        self.process.start()
+        self.api_base = queue.get(timeout=30)
+
+    def requests(self) -> list[tuple[float, float]]:
+        """(arrival, end of its wait) of each request answered since the last call."""
+        out = []
+        try:
+            while True:
+                out.append(self._log.get(timeout=0.5))
+        except queue_module.Empty:
+            return sorted(out)
+
+    def stop(self) -> None:
+        self.process.terminate()
+
+
+def peak(requests: list[tuple[float, float]]) -> int:
+    """The most requests the server held at once."""
+    edges = sorted([(start, 1) for start, _ in requests] + [(end, -1) for _, end in requests])
+    held = most = 0
+    for _, step in edges:
+        held += step
+        most = max(most, held)
+    return most
+
+
+def steady_rate(requests: list[tuple[float, float]], in_flight: int) -> float:
+    """Replies per second at the server while the engine kept its requests out: from the arrival of
+    the ``in_flight``-th request to that of the last one.  A finite run also has a ramp (the first
+    wave goes out while seeds are evaluated) and a drain (slots fall idle once the budget is covered,
+    and with a fixed latency a slot that takes one request more than the others ends the run a
+    whole latency later); this window leaves both out.  An engine that sent a request the moment
+    another came back would reach in-flight / latency in it."""
+    if len(requests) <= in_flight:
         return 0.0
-    start, end = submitted[in_flight - 1], submitted[-1]
-    return sum(start < t <= end for t in returned) / (end - start) if end > start else 0.0
-
-
-def start_server(latency_s: float) -> tuple[multiprocessing.Process, str]:
-    queue = multiprocessing.Queue()
-    process = multiprocessing.Process(target=_serve, args=(latency_s, queue), daemon=True)
-    process.start()
-    return process, queue.get(timeout=30)
+    start, end = requests[in_flight - 1][0], requests[-1][0]
+    return sum(start < done <= end for _, done in requests) / (end - start) if end > start else 0.0
 
 
 def rates(r: dict, theory: float) -> str:
@@ -171,6 +205,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency", type=float, default=2.0)
     parser.add_argument("--in-flight", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--prepared", type=int, nargs="+", default=[None],
+                        help="run.prepared_per_island: proposals ready per island beyond its requests in flight "
+                             "(default: the engine's, a quarter of them)")
     parser.add_argument("--waves", type=int, default=20, help="children per latency run: waves x in flight")
     parser.add_argument("--zero-latency-children", type=int, default=1000, help="0: no zero-latency rows")
     parser.add_argument("--ray", action="store_true", help="also measure with Ray island actors")
@@ -184,26 +221,33 @@ def main() -> None:
         f"{platform.processor() or platform.machine()}), Python {platform.python_version()}; "
         f"load average at start: {', '.join(f'{x:.2f}' for x in os.getloadavg())}.", "",
         "Scripted server in its own process; real run loop, islands (2), LLM operators (diff, rewrite) "
-        f"through llm.transport={args.transport}, local backend, trivial evaluator.", "",
-        "| latency | in flight | proposals | theoretical /s | whole run /s | of theoretical | steady /s | of theoretical |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"through llm.transport={args.transport}, local backend, trivial evaluator.  *peak*: the most "
+        "requests the server held at once.", "",
+        "| latency | in flight | prepared | proposals | peak | theoretical /s | whole run /s | of theoretical "
+        "| steady /s | of theoretical |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    warm, api_base = start_server(0.0)
-    measure(children=20, in_flight=4, api_base=api_base, transport=args.transport)  # imports, warms the pool
+    warm = Server(0.0)
+    measure(children=20, in_flight=4, api_base=warm.api_base, transport=args.transport)  # imports, warms the pool
     for k in args.in_flight:
-        process, base = start_server(args.latency)
-        r = measure(children=args.waves * k, in_flight=k, api_base=base, transport=args.transport)
-        theory = k / args.latency
-        lines.append(f"| {args.latency:g} s | {k} | {r['proposals']} | {theory:.2f} | {rates(r, theory)} |")
-        print(lines[-1], flush=True)
-        if args.ray:
-            r = measure(children=args.waves * k, in_flight=k, api_base=base, ray=True, transport=args.transport)
-            lines.append(f"| {args.latency:g} s (Ray islands) | {k} | {r['proposals']} | {theory:.2f} | "
-                         f"{rates(r, theory)} |")
-            print(lines[-1], flush=True)
-        process.terminate()
+        server, theory = Server(args.latency), k / args.latency
+        for prepared in args.prepared:
+            for ray in (False, True) if args.ray else (False,):
+                server.requests()
+                r = measure(children=args.waves * k, in_flight=k, api_base=server.api_base, ray=ray,
+                            transport=args.transport, prepared=prepared)
+                if prepared is None:
+                    prepared = RunSettings(dir="", proposals_per_island=max(1, k // 2)).prepared
+                requests = server.requests()
+                r["steady_rate"], most = steady_rate(requests, k), peak(requests)
+                lines.append(f"| {args.latency:g} s{' (Ray islands)' if ray else ''} | {k} | {prepared} | "
+                             f"{r['proposals']} | {most} | {theory:.2f} | {rates(r, theory)} |")
+                print(lines[-1], flush=True)
+                if most > k:
+                    raise SystemExit(f"the server held {most} requests at once, more than the {k} in flight")
+        server.stop()
     llm = f"LLM (diff, rewrite) via {args.transport}"
-    zero = ((llm, api_base, 32), (llm, api_base, 8), ("offline (constants)", None, 4))
+    zero = ((llm, warm.api_base, 32), (llm, warm.api_base, 8), ("offline (constants)", None, 4))
     if args.zero_latency_children:
         lines += ["", "Zero latency, trivial evaluator: the engine's own rate (children evaluated per second of wall "
                   "time, seeds and start-up included).", "",
@@ -212,7 +256,7 @@ def main() -> None:
         r = measure(children=args.zero_latency_children, in_flight=k, api_base=base, transport=args.transport)
         lines.append(f"| {label} | {k} | {r['children']} | {r['wall_s']:.1f} | {r['child_rate']:.1f} |")
         print(lines[-1], flush=True)
-    warm.terminate()
+    warm.stop()
     lines += ["", f"Load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}."]
     text = "\n".join(lines) + "\n"
     print(text)

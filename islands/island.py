@@ -7,7 +7,10 @@ a :class:`operators.base.Context`.
 
 An island serves many proposals at once (threads of ``LocalBackend``, or a
 threaded Ray actor): the operator draw and each proposal's own RNG come from
-the island's stream under a lock; the operators then run concurrently.
+the island's stream under a lock; the operators then run concurrently.  With
+``requests`` set, at most that many of them wait on an LLM at once: the run
+loop may hand the island more proposals than that, prepared (parent sampled,
+prompt rendered) to send the moment a request comes back.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ _ANALYSIS = threading.Lock()
 
 class Island:
     def __init__(self, index: int, operators: list[Operator], weights: list[float], seed: int,
-                 stream: int = 0, descriptors=DEFAULT_DESCRIPTORS):
+                 stream: int = 0, descriptors=DEFAULT_DESCRIPTORS, requests: int | None = None):
         if not operators:
             raise ValueError("an island needs at least one operator")
         if len(weights) != len(operators) or min(weights) < 0 or sum(weights) <= 0:
@@ -41,14 +44,19 @@ class Island:
         self.repair = next((op for op in operators if op.repairs), None)
         # For proposals without a sequence number: one stream per (run seed, island, resume count).
         self.rng = np.random.default_rng([seed, index, stream])
+        if requests is not None and requests < 1:
+            raise ValueError("an island's LLM requests in flight must be >= 1 (None: no limit)")
+        self.requests = requests
         self._lock = threading.Lock()
+        self._request_slots = threading.BoundedSemaphore(requests) if requests else None
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_request_slots")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._request_slots = threading.BoundedSemaphore(self.requests) if self.requests else None
 
     def _draw(self, context: Context, rng: np.random.Generator) -> Operator | str:
         if context.repair:
@@ -78,6 +86,7 @@ class Island:
             return Proposal("none", None, operator)
         if operator.needs_llm and not context.repair and not context.target:
             context.target = self._target(context.parent.descriptors, rng)
+        context.request_slots = self._request_slots
         try:
             proposal = operator.propose(context, rng)
         except Exception as exc:  # an operator bug must not stop the island

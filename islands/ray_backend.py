@@ -87,7 +87,8 @@ class RayBackend:
         # The actor rebuilds the island from the same arguments, so it draws the same RNG stream.
         self.islands = [island_actor.options(max_restarts=3, max_task_retries=0, max_concurrency=self._concurrency,
                                              **self._island_place(n))
-                        .remote(i.index, i.operators, list(i.weights), i.seed, i.stream, i.descriptors)
+                        .remote(i.index, i.operators, list(i.weights), i.seed, i.stream, i.descriptors,
+                                i.requests)
                         for n, i in enumerate(islands)]
         # One evaluator per GPU (or CPU), wherever those are in the cluster.
         resources = {"num_gpus": 1} if device == "cuda" else {"num_cpus": 1}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import abc
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +25,10 @@ class Context:
     repair: bool = False  # ``parent`` is a failed child (with its result) for a repair operator to fix
     target: dict[str, str] = field(default_factory=dict)  # a cell to aim for, {descriptor: bin}; set by the island
     sequence: int | None = None  # the run's proposal number: the island seeds this proposal's RNG with it
+    guidance: str = ""  # advice for an LLM operator's prompt: an evolving fragment (operators.meta_prompt)
+    # Set by the island: an LLM operator holds one of these while its request is out, so an island
+    # keeps at most its share of requests in flight while proposals prepared beyond it wait here.
+    request_slots: threading.Semaphore | None = None
 
 
 @dataclass

@@ -8,6 +8,8 @@ reply is a proposal without a source and a one-line reason, never an error.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 
 from evo.program import Program
@@ -46,7 +48,8 @@ class LLMOperator(Operator):
             return Proposal(self.name, None, extra)
         context.inspirations = context.inspirations[: self.max_inspirations]
         prompt = render(self.template, context, **extra)
-        reply = self.client.complete([{"role": "user", "content": prompt}], model=context.model)
+        with context.request_slots or nullcontext():
+            reply = self.client.complete([{"role": "user", "content": prompt}], model=context.model)
         calls = [dict(call, prompt=prompt) for call in reply.calls]
         if reply.text is None:
             return Proposal(self.name, None, f"LLM call failed: {reply.error}", calls)

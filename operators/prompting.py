@@ -4,7 +4,7 @@ The templates decide the words; this module only turns a
 :class:`~operators.base.Context` into plain template variables: the task's
 reference, each program's source with its measured speedup, roofline
 fraction, descriptors and compiled facts, recent failures on the island, the
-target cell and the hardware.
+target cell, the hardware and the guidance of an evolving prompt fragment.
 """
 from __future__ import annotations
 
@@ -61,6 +61,6 @@ def render(template: str, context: Context, **extra: Program) -> str:
         hardware=context.hardware, task_source=context.task_source.strip(),
         parent=program_vars(context.parent),
         inspirations=[program_vars(p) for p in context.inspirations],
-        failures=list(context.failures), target=sorted(context.target.items()),
+        failures=list(context.failures), target=sorted(context.target.items()), guidance=context.guidance,
         **{name: program_vars(p) for name, p in extra.items()},
     )

@@ -4,7 +4,9 @@ The run loop owns one :class:`LLMSteering`: before each proposal it asks for
 a model (``begin``), which the budget may refuse; when the proposal returns,
 ``finish`` charges what its calls cost; when its child is evaluated,
 ``reward`` tells the bandit whether the child improved on its parent or
-filled or improved a cell.  Plain classes: no litellm, no I/O.
+filled or improved a cell.  With meta-prompt evolution it also holds the
+pool of prompt fragments (``operators.meta_prompt``).  Plain classes: no
+litellm, no I/O.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evo.errors import ConfigError
+from operators.meta_prompt import PromptEvolution
 
 
 @dataclass
@@ -146,13 +149,14 @@ class LLMSteering:
     """What the run loop needs to spend an LLM budget well."""
 
     def __init__(self, *, models: list[str], budget: LLMBudget | None = None, repair_probability: float = 0.0,
-                 offline_operators: bool = True):
+                 offline_operators: bool = True, prompts: PromptEvolution | None = None):
         if not 0.0 <= repair_probability <= 1.0:
             raise ConfigError("the repair probability must be between 0 and 1")
         self.ensemble = ModelEnsemble(list(models))
         self.budget = budget or LLMBudget()
         self.repair_probability = repair_probability
         self.offline_operators = offline_operators
+        self.prompts = prompts  # evolving prompt fragments, when meta-prompt evolution is on
 
     def begin(self, rng: np.random.Generator) -> str | None:
         """The model for the next proposal (one request reserved), or None when the budget refuses."""

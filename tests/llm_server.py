@@ -54,6 +54,8 @@ class ScriptedLLMServer:
         self.reply = reply
         self.requests: list[dict] = []
         self.authorizations: list[str | None] = []  # each request's Authorization header
+        self.held = self.peak = 0  # requests being answered now, and the most at once
+        self._held_lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -61,7 +63,14 @@ class ScriptedLLMServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 server.requests.append(body)
                 server.authorizations.append(self.headers.get("Authorization"))
-                status, payload, *headers = server.reply(body)
+                with server._held_lock:
+                    server.held += 1
+                    server.peak = max(server.peak, server.held)
+                try:
+                    status, payload, *headers = server.reply(body)
+                finally:
+                    with server._held_lock:
+                        server.held -= 1
                 if isinstance(payload, bytes):
                     data = payload
                 else:

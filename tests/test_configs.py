@@ -39,6 +39,23 @@ def test_llm_model_enables_the_llm_operators(tmp_path):
     assert c.steering.offline_operators and c.steering.budget.usd is None
 
 
+def test_proposals_prepared_beyond_the_requests_only_with_an_llm(tmp_path):
+    offline = build(cfg(f"run.dir={tmp_path}", "run.proposals_per_island=16"))
+    assert offline.run.proposals_held(llm=False) == 16
+    llm = build(cfg(f"run.dir={tmp_path}", "run.proposals_per_island=16", "llm.model=openai/x"))
+    assert llm.run.prepared == 4 and llm.run.proposals_held(llm=True) == 20  # a quarter by default
+    assert build(cfg(f"run.dir={tmp_path}", "run.prepared_per_island=0")).run.proposals_held(llm=True) == 2
+    assert build(cfg(f"run.dir={tmp_path}")).run.prepared == 1  # at least one
+
+
+def test_meta_prompt_evolution_is_off_unless_enabled(tmp_path):
+    c = build(cfg(f"run.dir={tmp_path}", "llm.model=openai/x"))
+    assert c.steering.prompts is None
+    c = build(cfg(f"run.dir={tmp_path}", "llm.model=openai/x", "llm.meta_prompt.enabled=true",
+                  "llm.meta_prompt.evolve_every=8"))
+    assert c.steering.prompts.evolve_every == 8 and len(c.steering.prompts.fragments) == 6
+
+
 def test_llm_ensemble_budget_and_repair_come_from_config(tmp_path):
     c = build(cfg(f"run.dir={tmp_path}", "llm.model=[openai/a,openai/b]", "llm.budget.usd=2.5",
                   "llm.budget.calls=10", "operators.llm_repair.operator.probability=0",
@@ -69,6 +86,7 @@ def test_public_config_keys_exist():
     ("run.backend=dask", "ray or local"),
     ("islands.count=0", "at least 1"),
     ("run.budget.evaluations=-1", ">= 0"),
+    ("run.prepared_per_island=-1", "prepared_per_island must be >= 0"),
     ("task.names=[nope]", "no task named nope"),
     ("operators.constants.weight=0 operators.param_crossover.weight=0", "no operator is enabled"),
     ("llm.model=openai/x llm.budget.usd=-1", "llm.budget.usd must be >= 0"),
@@ -76,6 +94,8 @@ def test_public_config_keys_exist():
     ("llm.model=openai/x llm.transport=grpc", "llm.transport must be one of auto, litellm, http"),
     ("llm.model=openai/x llm.transport=http", "llm.transport=http needs llm.api_base"),
     ("llm.model=[a,a]", "list of distinct names"),
+    ("llm.meta_prompt.enabled=true", "needs llm.model"),
+    ("llm.model=openai/x llm.meta_prompt.enabled=true llm.meta_prompt.max_fragments=3", "below the 6 seed"),
     ("llm.model=openai/x operators.llm_repair.weight=1", "set its probability, not a weight"),
     ("llm.model=openai/x operators.llm_rewrite.operator.template=nope.jinja", "prompt template 'nope.jinja'"),
 ])

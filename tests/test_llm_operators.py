@@ -1,4 +1,7 @@
 """LLM operators, their prompts and replies, offline crossover, steering, and the island's routing."""
+import copy
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -41,6 +44,10 @@ def test_prompts_carry_reference_parents_facts_failures_target_and_hardware(buil
                      "tl.foo is undefined", "shared-memory tiling"):
             assert text in prompt, (template, text)
     assert "<<<<<<< SEARCH" in render("diff.jinja", ctx)
+    assert "## Guidance" not in render("rewrite.jinja", ctx)
+    ctx.guidance = "- Fuse every elementwise step."
+    for template in ("rewrite.jinja", "diff.jinja"):
+        assert "## Guidance\n- Fuse every elementwise step." in render(template, ctx)
     mate = program(task, pid=3, island=1, speedup=0.9)
     assert "Kernel B" in render("crossover.jinja", ctx, mate=mate) and "0.900x" in render("crossover.jinja", ctx,
                                                                                              mate=mate)
@@ -215,3 +222,16 @@ def test_a_child_identical_to_its_parent_is_not_proposed(builtin_tasks):
         island = Island(0, [LLMMutation(client=llm_client(s))], [1.0], seed=1)
         proposal = island.propose(ctx)
     assert proposal.source is None and "identical to its parent" in proposal.note
+
+
+def test_an_island_sends_at_most_its_requests_at_once_and_the_prepared_wait(builtin_tasks):
+    task = builtin_tasks["gelu"]
+    with ScriptedLLMServer(Variants(latency_s=0.1)) as s:
+        island = Island(0, [LLMMutation(client=llm_client(s))], [1.0], seed=1, requests=2)
+        island = copy.copy(island)  # through __getstate__ and __setstate__: the limit survives
+        with ThreadPoolExecutor(6) as pool:
+            proposals = list(pool.map(island.propose, [make_context(task, sequence=n) for n in range(6)]))
+    assert all(p.source is not None for p in proposals)
+    assert s.peak == 2, "six proposals at once, two requests at a time"
+    with pytest.raises(ValueError, match="requests in flight"):
+        Island(0, [TunableConstantMutation()], [1.0], seed=1, requests=0)

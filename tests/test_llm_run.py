@@ -20,7 +20,8 @@ from tests.llm_server import Faults, ScriptedLLMServer, TrivialEvaluator, Varian
 
 
 def run(tmp_path, tasks, server, *, budget, models=("openai/scripted",), llm_budget=None, repair=0.0,
-        offline=False, failing=False, per_island=4, crossover_only=False, **client_kw):
+        offline=False, failing=False, per_island=4, prepared=2, crossover_only=False, prompts=None, evaluator=None,
+        **client_kw):
     client = LLMClient(model=list(models), api_base=server.api_base, timeout_s=1, retries=1, backoff_s=0.01,
                        **client_kw)
     operators, weights = [LLMDiff(client=client), LLMMutation(client=client), LLMCrossover(client=client)], [1, 1, 1]
@@ -30,14 +31,14 @@ def run(tmp_path, tasks, server, *, budget, models=("openai/scripted",), llm_bud
         operators.append(TunableConstantMutation()), weights.append(1.0)
     if repair:
         operators.append(LLMRepair(client=client, probability=repair)), weights.append(0.0)
-    islands = [Island(i, operators, weights, seed=5) for i in range(2)]
-    backend = LocalBackend(islands, lambda i: TrivialEvaluator(failing), 1, per_island)
+    islands = [Island(i, operators, weights, seed=5, requests=per_island) for i in range(2)]
+    backend = LocalBackend(islands, lambda i: evaluator or TrivialEvaluator(failing), 1, per_island + prepared)
     steering = LLMSteering(models=list(models), budget=llm_budget, repair_probability=repair,
-                           offline_operators=offline)
+                           offline_operators=offline, prompts=prompts)
     archive = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
     events = RunEvents(tmp_path, budget, show=False)
     controller = Controller(settings=RunSettings(dir=str(tmp_path), seed=5, budget_evaluations=budget,
-                                                 proposals_per_island=per_island),
+                                                 proposals_per_island=per_island, prepared_per_island=prepared),
                             tasks=tasks, archive=archive, backend=backend,
                             migration=MigrationSettings(interval=8), events=events, steering=steering)
     try:
@@ -82,6 +83,18 @@ def test_a_run_through_every_fault_completes_its_budget_and_records_every_failur
     # evaluator's hash-drawn speedups; test_llm_operators checks the learning itself).
     assert sum(s.children for s in stats.values()) >= 24
     assert controller.steering.budget.in_flight == 0
+
+
+def test_islands_keep_proposals_prepared_but_never_more_requests_in_flight_than_set(tmp_path, builtin_tasks):
+    with ScriptedLLMServer(Variants(latency_s=0.05)) as server:
+        archive, _ = run(tmp_path, [builtin_tasks["gelu"], builtin_tasks["softmax"]], server, budget=40,
+                         per_island=2, prepared=3)
+    assert archive.child_evaluation_count() == 40
+    assert server.peak <= 4, "2 islands x run.proposals_per_island=2 requests at once"
+    flights = [json.loads(line).get("in_flight") for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    flights = [f for f in flights if f]
+    assert max(f["proposals"] for f in flights) > 4, "proposals were prepared beyond the requests in flight"
+    assert max(f["llm_requests"] for f in flights) <= 4
 
 
 def test_the_call_budget_stops_proposing_cleanly_counting_requests_in_flight(tmp_path, builtin_tasks):
@@ -160,3 +173,50 @@ def test_the_api_key_reaches_the_endpoint_but_not_the_database_or_the_events(tmp
     for path in tmp_path.iterdir():
         if path.is_file():
             assert key.encode() not in path.read_bytes(), path.name
+
+
+FUSE = "Fuse every elementwise step"  # a sentence of one seed fragment (operators/prompts/fragments.txt)
+
+
+class FusionPaysEvaluator(TrivialEvaluator):
+    """Each FUSED line makes a kernel 10% faster, each other added line 1% slower: only children
+    asked with a fragment that advises fusion improve on their parents."""
+
+    def evaluate(self, task_name, task_source, source):
+        from evaluator.result import EvalResult, Status
+
+        fused, lines = source.count("\nFUSED_"), source.count("\nVARIANT_")
+        return EvalResult(status=Status.CORRECT, speedup=1.0 + 0.1 * fused - 0.01 * lines, device="fake")
+
+
+def test_prompt_fragments_that_yield_improvements_spread_and_survive_a_resume(tmp_path, builtin_tasks):
+    from operators.meta_prompt import STATE_KEY, PromptEvolution
+
+    variants = Variants()
+
+    def reply(request):
+        status, body = variants(request)
+        prompt = request["messages"][-1]["content"]
+        if FUSE in prompt.split("## Guidance", 1)[-1] and "## Guidance" in prompt:
+            text = body["choices"][0]["message"]["content"]
+            body["choices"][0]["message"]["content"] = text.replace("VARIANT_", f"FUSED_{variants.count} = 1\nVARIANT_", 1)
+        return status, body
+
+    pool = PromptEvolution(evolve_every=8, max_fragments=10, min_trials=3)
+    with ScriptedLLMServer(reply) as server:
+        archive, controller = run(tmp_path, [builtin_tasks["gelu"]], server, budget=96, per_island=2, prompts=pool,
+                                  evaluator=FusionPaysEvaluator())
+    prompts = [r.prompt for r in rows(archive, LLMCallRow)]
+    assert prompts and all("## Guidance" in p for p in prompts)
+    fusing = [FUSE in p for p in prompts]
+    assert sum(fusing[-32:]) > sum(fusing[:32]), "the fragment that pays is asked with more often"
+    table = pool.table()
+    assert FUSE in table[0]["text"] and table[0]["improvements"] > 0, "the best fragment advises fusion"
+    assert all(row["improvements"] == 0 for row in table if FUSE not in row["text"])
+    assert "prompt_bred" in event_kinds(tmp_path) and len(pool.fragments) <= 10
+    assert any(row["parents"] for row in table), "bred fragments are in the pool"
+    saved = json.loads(archive.get_meta(STATE_KEY))
+    assert saved == pool.state(), "the pool is saved with the run's state when it ends"
+    resumed = PromptEvolution(evolve_every=8, max_fragments=10, min_trials=3)
+    resumed.restore(saved)
+    assert resumed.table() == table

@@ -63,3 +63,21 @@ def test_status_errors(tmp_path, small_run, capsys, case):
     if case == "no_archive":
         assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "run.json"]
     assert json.loads((small_run / "run.json").read_text())["tasks"] == ["gelu", "row_sum"]
+
+
+def test_status_shows_the_meta_prompt_pool_of_a_run_that_evolved_one(small_run, tmp_path, capsys):
+    from operators.meta_prompt import STATE_KEY, PromptEvolution
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(small_run, run_dir)
+    pool = PromptEvolution()
+    pool.fragments[3].children, pool.fragments[3].improvements = 5, 4
+    archive = Archive(f"sqlite:///{run_dir / 'archive.db'}")
+    archive.set_meta(STATE_KEY, json.dumps(pool.state()))
+    archive.close()
+    assert main(["status", f"run.dir={run_dir}"]) == 0
+    out = capsys.readouterr().out
+    assert "meta-prompt evolution: the best 5 of 6 fragments" in out
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
+    best = next(row for row in rows if row[:3] == ["3", "5", "4"])  # fragment, children, improved
+    assert best[4].startswith(pool.fragments[3].sentences[0][:20])
