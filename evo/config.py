@@ -94,15 +94,16 @@ def _operators(cfg: DictConfig, llm: LLMClient | None) -> tuple[list[Operator], 
 def _steering(cfg: DictConfig, llm: LLMClient | None, operators: list[Operator],
               weights: list[float]) -> LLMSteering | None:
     meta = cfg.llm.get("meta_prompt")
+    evolve_prompts = meta is not None and bool(meta.enabled)
     if llm is None:
-        if meta is not None and meta.enabled:
+        if evolve_prompts:
             raise ConfigError("llm.meta_prompt.enabled evolves LLM prompts: it needs llm.model")
         return None
     budget = instantiate_node(cfg.llm.budget, "llm.budget")
     repair = next((op.probability for op in operators if op.repairs), 0.0)
     offline = any(w > 0 and not op.needs_llm for op, w in zip(operators, weights))
     prompts = None
-    if meta is not None and meta.enabled:
+    if evolve_prompts:
         prompts = instantiate_node(OmegaConf.masked_copy(meta, [k for k in meta if k != "enabled"]),
                                    "llm.meta_prompt")
     return LLMSteering(models=llm.models, budget=budget, repair_probability=repair, offline_operators=offline,
