@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from evaluator import EvaluatorSettings
-from evo.controller import RunSettings
+from evo.run_settings import RunSettings
 from evo.descriptors import Continuous, Descriptor, by_names
 from evo.errors import ConfigError, EvoError
 from evo.inspiration import Inspiration

@@ -39,7 +39,8 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from archive import Archive  # noqa: E402
-from evo.controller import Controller, RunSettings  # noqa: E402
+from evo.controller import Controller  # noqa: E402
+from evo.run_settings import RunSettings  # noqa: E402
 from evo.task import load_tasks  # noqa: E402
 from islands import Island, LocalBackend, MigrationSettings  # noqa: E402
 from evo.program import Program  # noqa: E402

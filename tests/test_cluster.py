@@ -88,7 +88,8 @@ def test_killing_an_island_actor_mid_run_loses_nothing(tmp_path, builtin_tasks):
 
     from archive import Archive
     from evaluator import EvaluatorSettings
-    from evo.controller import Controller, RunSettings
+    from evo.controller import Controller
+    from evo.run_settings import RunSettings
     from evo.progress import RunEvents
     from islands import Island, MigrationSettings
     from islands.ray_backend import RayBackend, RaySettings

@@ -5,7 +5,8 @@ import pytest
 
 from archive import Archive
 from evaluator import Evaluator, EvaluatorSettings
-from evo.controller import Controller, RunSettings
+from evo.controller import Controller
+from evo.run_settings import RunSettings
 from evo.progress import RunEvents
 from islands import Island, LocalBackend, MigrationSettings
 from operators import TunableConstantMutation
