@@ -118,10 +118,10 @@ class PromptEvolution:
         or doing worse than the pool on average, never the best one (None: no fragment qualifies)."""
         prior = self._prior()
         average = prior[0] / sum(prior)
-        best = max(self.fragments, key=lambda f: (self.mean(f), -f.id))
+        best = max(self.fragments, key=lambda f: (_mean(f, prior), -f.id))
         candidates = [f for f in self.fragments if f is not best
-                      and (f.children >= self.min_trials or self.mean(f) < average)]
-        return min(candidates, key=lambda f: (self.mean(f), -f.id)) if candidates else None
+                      and (f.children >= self.min_trials or _mean(f, prior) < average)]
+        return min(candidates, key=lambda f: (_mean(f, prior), -f.id)) if candidates else None
 
     def _tournament(self, rng: np.random.Generator, exclude: int | None = None) -> Fragment:
         pool = [f for f in self.fragments if f.id != exclude]
@@ -131,8 +131,9 @@ class PromptEvolution:
     def _breed(self, rng: np.random.Generator) -> Fragment | None:
         """A new fragment from two good ones, or None (nothing new came out, or the pool is full of
         fragments not yet tried enough to tell which one should leave)."""
-        leaving = self._leaving()
-        if len(self.fragments) >= self.max_fragments and leaving is None:
+        full = len(self.fragments) >= self.max_fragments
+        leaving = self._leaving() if full else None
+        if full and leaving is None:
             return None
         first = self._tournament(rng)
         second = self._tournament(rng, exclude=first.id)
@@ -146,7 +147,7 @@ class PromptEvolution:
         keep = keep[: self.max_sentences]
         if any(sorted(keep) == sorted(f.sentences) for f in self.fragments):
             return None  # already in the pool
-        if len(self.fragments) >= self.max_fragments:
+        if full:
             self.fragments.remove(leaving)
         child = Fragment(self.next_id, keep, parents=[first.id, second.id])
         self.next_id += 1
