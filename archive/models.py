@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 4  # the number of the head revision in archive/migrations/versions
+SCHEMA_VERSION = 5  # the number of the head revision in archive/migrations/versions
 
 
 class Base(DeclarativeBase):
@@ -71,6 +71,37 @@ class EvaluationRow(Base):
     num_stages: Mapped[int | None] = mapped_column(Integer, nullable=True)
     error: Mapped[str] = mapped_column(Text, default="")
     wall_s: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[float] = mapped_column(Float, default=time.time)
+    environment_id: Mapped[int | None] = mapped_column(ForeignKey("environments.id"), nullable=True)
+    gpu_peak_mb: Mapped[float | None] = mapped_column(Float, nullable=True)  # the evaluation's, allocated
+    reference_peak_mb: Mapped[float | None] = mapped_column(Float, nullable=True)  # the reference's alone
+
+
+class EnvironmentRow(Base):
+    """Where an evaluation was measured: GPU, driver, CUDA, torch, triton, Python and engine versions."""
+
+    __tablename__ = "environments"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    gpu: Mapped[str] = mapped_column(String(128))
+    driver: Mapped[str] = mapped_column(String(64))
+    cuda: Mapped[str] = mapped_column(String(32))
+    torch: Mapped[str] = mapped_column(String(64))
+    triton: Mapped[str] = mapped_column(String(64))
+    python: Mapped[str] = mapped_column(String(32))
+    engine: Mapped[str] = mapped_column(String(128))
+    __table_args__ = (UniqueConstraint("gpu", "driver", "cuda", "torch", "triton", "python", "engine",
+                                       name="uq_environments_all"),)
+
+
+class SetAsideRow(Base):
+    """A task the run does not search, and why: its reference failed or did not fit, it got no seed,
+    or its seeds all failed (``stage``)."""
+
+    __tablename__ = "set_aside"
+    task: Mapped[str] = mapped_column(String(128), primary_key=True)
+    stage: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text)
+    source_hash: Mapped[str] = mapped_column(String(64))  # of the problem file it was judged on
     created_at: Mapped[float] = mapped_column(Float, default=time.time)
 
 

@@ -19,7 +19,8 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive.store import ArchiveError
 from archive.statements import (
-    CELLS, CENTROIDS, EVALUATIONS, LINEAGE, LLM_CALLS, META, MIGRATIONS, PROGRAMS, SHAPE_TIMINGS, STATS,
+    CELLS, CENTROIDS, ENVIRONMENTS, EVALUATIONS, LINEAGE, LLM_CALLS, META, MIGRATIONS, PROGRAMS, SET_ASIDE,
+    SHAPE_TIMINGS, STATS,
 )
 
 P, E, L, S = PROGRAMS.c, EVALUATIONS.c, LLM_CALLS.c, SHAPE_TIMINGS.c
@@ -31,7 +32,7 @@ KERNEL_FIELDS = (P.id, P.task, P.island, P.generation, P.operator, P.source, P.s
                  E.speedup, E.runtime_ms, E.ref_runtime_ms, E.timing_representative, E.device, E.created_at)
 # Facts of schema 2; an archive written by an older engine lacks them and reads as NULL.
 NEWER_FIELDS = ("speedup_noise", "speedup_vs_compiled", "roofline_fraction", "compiled_runtime_ms",
-                "ref_runtime_spread")
+                "ref_runtime_spread", "environment_id", "gpu_peak_mb", "reference_peak_mb")
 
 
 def _connect_readonly(path: Path):
@@ -94,6 +95,19 @@ class ArchiveReader:
         for r in evals:
             out[r["task"]].update({k: r[k] for k in ("evaluations", "correct", "seed_speedup")})
         return out
+
+    def set_aside(self) -> dict[str, dict]:
+        """task -> {stage, reason, source_hash, created_at} of the tasks the run does not search (schema 5)."""
+        if not self._has_table("set_aside"):
+            return {}
+        return {r["task"]: r for r in self._rows(select(SET_ASIDE).order_by(SET_ASIDE.c.task))}
+
+    def environments(self, ids) -> dict[int, dict]:
+        """Environment rows (gpu, driver, cuda, torch, triton, python, engine) by id (schema 5)."""
+        ids = [i for i in ids if i is not None]
+        if not ids or not self._has_table("environments"):
+            return {}
+        return {r["id"]: r for r in self._rows(select(ENVIRONMENTS).where(ENVIRONMENTS.c.id.in_(ids)))}
 
     def cell_fitness(self, task: str) -> dict[str, float]:
         """Best fitness per MAP-Elites cell key over all islands."""

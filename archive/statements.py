@@ -8,13 +8,14 @@ from __future__ import annotations
 from sqlalchemy import bindparam, delete, func, insert, select, update
 
 from archive.models import (
-    CellRow, CentroidRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow, ShapeTimingRow,
-    StatsRow,
+    CellRow, CentroidRow, EnvironmentRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow,
+    SetAsideRow, ShapeTimingRow, StatsRow,
 )
 
 META, PROGRAMS, LINEAGE, EVALUATIONS, CELLS, MIGRATIONS, LLM_CALLS, STATS, CENTROIDS, SHAPE_TIMINGS = (
     t.__table__ for t in (MetaRow, ProgramRow, LineageRow, EvaluationRow, CellRow, MigrationRow, LLMCallRow,
                           StatsRow, CentroidRow, ShapeTimingRow))
+ENVIRONMENTS, SET_ASIDE = EnvironmentRow.__table__, SetAsideRow.__table__
 
 INSERT_PROGRAM = insert(PROGRAMS)
 INSERT_LINEAGE = insert(LINEAGE)

@@ -17,6 +17,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive import statements as sql
 from archive.centroids import load_or_draw_centroids
+from archive.environments import environment_id, environment_row
 from archive.exchange import Exchange
 from archive.schema import SchemaError, make_engine, upgrade
 from archive.statistics import Statistics
@@ -61,7 +62,7 @@ class Archive(Exchange, Statistics):
     """
 
     def __init__(self, url: str, *, descriptors=DEFAULT_DESCRIPTORS, cvt_cells: int = 0, seed: int = 0,
-                 busy_timeout_s: float = 10.0):
+                 busy_timeout_s: float = 10.0, engine_version: str = "unknown"):
         """``cvt_cells`` > 0: a CVT archive of that many cells over continuous ``descriptors``,
         its centroids drawn from ``seed`` when the database has none yet; 0: a grid of their bins."""
         self.url = url
@@ -77,6 +78,8 @@ class Archive(Exchange, Statistics):
         # None for an emptied cell: read before the cache, so one transaction may change a cell twice.
         self._staged: dict[tuple[str, int, str], tuple[int, float] | None] = {}
         self._evaluated: OrderedDict[int, Program] = OrderedDict()
+        self._environments: dict[tuple, int] = {}  # environment -> its row id
+        self.engine_version = engine_version
         try:
             upgrade(url, busy_timeout_s=busy_timeout_s)
         except SchemaError as exc:
@@ -175,6 +178,24 @@ class Archive(Exchange, Statistics):
         with self._tx() as c:
             return c.scalar(sql.FIND_HASH, dict(t=task, h=source_hash or normalized_hash(source)))
 
+    # -- tasks set aside -----------------------------------------------------
+    def set_aside(self, task: str, stage: str, reason: str, source_hash: str) -> None:
+        """Record that ``task`` is not searched, at which stage and why (replacing an earlier record)."""
+        with self._write() as c:
+            c.execute(sql.SET_ASIDE.delete().where(sql.SET_ASIDE.c.task == task))
+            c.execute(sql.SET_ASIDE.insert().values(task=task, stage=stage, reason=reason,
+                                                    source_hash=source_hash, created_at=time.time()))
+
+    def readmit(self, task: str) -> None:
+        """``task`` is searched again (its problem file changed, say)."""
+        with self._write() as c:
+            c.execute(sql.SET_ASIDE.delete().where(sql.SET_ASIDE.c.task == task))
+
+    def set_aside_tasks(self) -> dict[str, dict]:
+        """task -> {stage, reason, source_hash, created_at} of every task set aside."""
+        with self._tx() as c:
+            return {r["task"]: dict(r) for r in c.execute(select(sql.SET_ASIDE)).mappings()}
+
     def has_programs(self, task: str) -> bool:
         with self._tx() as c:
             return c.scalar(select(sql.PROGRAMS.c.id).where(sql.PROGRAMS.c.task == task).limit(1)) is not None
@@ -194,9 +215,16 @@ class Archive(Exchange, Statistics):
         key = self.layout.key(complete(known, result, self.descriptors))
         program.descriptors = parse_cell_key(key)
         fields = result.to_dict()
-        shapes = (fields.pop("extra", None) or {}).get("shape_timings") or []
+        extra = fields.pop("extra", None) or {}
+        shapes, memory = extra.get("shape_timings") or [], extra.get("memory") or {}
         with self._write() as c:
-            row = c.execute(sql.INSERT_EVALUATION, dict(fields, program_id=program.id, created_at=time.time()))
+            environment = extra.get("environment")
+            if environment:
+                fields["environment_id"] = environment_id(
+                    c, environment_row(environment, self.engine_version), self._environments)
+            row = c.execute(sql.INSERT_EVALUATION, dict(
+                fields, program_id=program.id, created_at=time.time(), gpu_peak_mb=memory.get("peak_mb"),
+                reference_peak_mb=memory.get("reference_peak_mb")))
             if shapes:
                 evaluation_id = row.inserted_primary_key[0]
                 c.execute(sql.INSERT_SHAPE_TIMING, [shape_timing_row(s, evaluation_id) for s in shapes])

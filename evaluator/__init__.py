@@ -3,6 +3,7 @@
 Public names:
     Evaluator, EvaluatorSettings, TimingSettings -- the host-side API
     EvalResult, Status                           -- what an evaluation returns
+    Preparation                                  -- a task to check (and seed) at start-up
     resolve_device                               -- auto|cpu|cuda to a concrete device
 
 Owns the worker processes (``worker``, ``sandbox``) and the procedure run in
@@ -11,6 +12,8 @@ packages of the engine.
 """
 from evaluator.device import resolve_device
 from evaluator.evaluator import Evaluator, EvaluatorSettings, TimingSettings
+from evaluator.preparation import Preparation
 from evaluator.result import EvalResult, Status
 
-__all__ = ["EvalResult", "Evaluator", "EvaluatorSettings", "Status", "TimingSettings", "resolve_device"]
+__all__ = ["EvalResult", "Evaluator", "EvaluatorSettings", "Preparation", "Status", "TimingSettings",
+           "resolve_device"]

@@ -1,6 +1,7 @@
 """Calling untrusted candidates and classifying what goes wrong (runs in the sandbox)."""
 from __future__ import annotations
 
+import random
 import traceback
 
 import torch
@@ -57,9 +58,41 @@ def clone(value):
     return value
 
 
-def make_inputs(problem, shape: dict, seed: int, device: str) -> list:
+def seed_everything(seed: int) -> None:
+    """torch (CPU and every GPU), Python's and NumPy's generators: a problem's ``get_inputs`` may use any."""
+    random.seed(seed)
     torch.manual_seed(seed)
-    return list(to_device(problem.get_inputs(**shape), device))
+    try:
+        import numpy
+
+        numpy.random.seed(seed % (1 << 32))
+    except ImportError:
+        pass
+
+
+def make_inputs(problem, shape: dict, seed: int, device: str) -> list:
+    """``problem.get_inputs(**shape)`` seeded, on ``device``.
+
+    On a GPU the inputs are created there (``torch.device`` as the default device), not on the CPU and
+    copied: a KernelBench input of several GB costs no host memory and no copy.  A ``get_inputs``
+    that cannot run that way (it hands a CPU tensor to NumPy, say) runs on the CPU, then its inputs move.
+    Each worker of one GPU model draws the same values for the same seed.  The generators are then
+    seeded afresh, so that code called next never sees the same random stream twice (a candidate's
+    own randomness must show as non-determinism).
+    """
+    try:
+        if device != "cpu":
+            seed_everything(seed)
+            try:
+                with torch.device(device):
+                    return list(to_device(problem.get_inputs(**shape), device))
+            except Exception:  # noqa: BLE001 (a get_inputs that needs the CPU; a real error shows again below)
+                pass
+        seed_everything(seed)
+        return list(to_device(problem.get_inputs(**shape), device))
+    finally:
+        torch.seed()
+        random.seed()
 
 
 def synchronize(device: str) -> None:

@@ -1,5 +1,12 @@
-"""Comparison of a candidate's outputs with the reference's (runs in the sandbox)."""
+"""Comparison of a candidate's outputs with the reference's (runs in the sandbox).
+
+Outputs of real problems reach gigabytes (KernelBench's level 1 has 7.5 GB
+inputs), so nothing here makes a whole-tensor copy in float64: values are
+compared, and tensors digested, a chunk of ``CHUNK`` elements at a time.
+"""
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -10,6 +17,8 @@ DEFAULT_TOLERANCE = {
     torch.float16: (1e-2, 1e-2),
     torch.bfloat16: (2e-2, 2e-2),
 }
+CHUNK = 1 << 22  # elements at a time: float64 temporaries of 32 MB each
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def flatten(outputs) -> list:
@@ -45,33 +54,102 @@ def mismatch(expected, actual, atol: float | None, rtol: float | None) -> str | 
     return None
 
 
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """The elements in logical order as a 1-d view (a copy only for a non-contiguous tensor)."""
+    return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
+
+
+def _chunks(*tensors: torch.Tensor):
+    flats = [_flat(t) for t in tensors]
+    n = flats[0].numel()
+    for start in range(0, n, CHUNK):
+        yield start, [f[start:start + CHUNK] for f in flats]
+
+
 def _value_mismatch(e: torch.Tensor, a: torch.Tensor, atol, rtol) -> str | None:
     if not e.is_floating_point():
-        bad = (e != a)
-        if bad.any():
-            return f"{int(bad.sum())} of {e.numel()} integer elements differ"
-        return None
+        differ = sum(int((ec != ac).sum()) for _, (ec, ac) in _chunks(e, a))
+        return f"{differ} of {e.numel()} integer elements differ" if differ else None
     d_atol, d_rtol = DEFAULT_TOLERANCE.get(e.dtype, (1e-4, 1e-4))
     atol = d_atol if atol is None else atol
     rtol = d_rtol if rtol is None else rtol
-    ef, af = e.double(), a.double()
-    # NaN and Inf are accepted only where the reference has the same value.
-    special = ~torch.isfinite(ef)
-    if not torch.equal(torch.isnan(ef), torch.isnan(af)):
+    # Per chunk, device scalars only: one synchronisation at the end, not several per chunk.
+    rows = []  # [NaN differs, Inf differs, non-finite, bad count, max error, worst excess, its index]
+    for start, (ec, ac) in _chunks(e, a):
+        ef, af = ec.double(), ac.double()
+        e_nan, a_nan = torch.isnan(ef), torch.isnan(af)
+        finite = torch.isfinite(ef)
+        inf = ~finite & ~e_nan
+        err = torch.where(finite, (af - ef).abs(), torch.zeros_like(ef)).nan_to_num(nan=0.0, posinf=0.0)
+        excess = torch.where(finite, err - (atol + rtol * ef.abs()), torch.full_like(ef, -1.0))
+        worst, idx = excess.max(0)
+        rows.append(torch.stack([
+            (e_nan != a_nan).any().double(),  # NaN and Inf pass only where the reference has the same value
+            (inf & (af != ef)).any().double(),
+            (finite & ~torch.isfinite(af)).any().double(),
+            (excess > 0).sum().double(), err.max(), worst, (idx + start).double()]))
+    if not rows:
+        return None
+    table = torch.stack(rows).cpu()
+    if table[:, 0].any():
         return "NaN where the reference has none (or the reverse)"
-    if (af[special & ~torch.isnan(ef)] != ef[special & ~torch.isnan(ef)]).any():
+    if table[:, 1].any():
         return "Inf where the reference differs"
-    finite = ~special
-    if not torch.isfinite(af[finite]).all():
+    if table[:, 2].any():
         return "non-finite values where the reference is finite"
-    err = (af - ef).abs()
-    allowed = atol + rtol * ef.abs()
-    bad = (err > allowed) & finite
-    if bad.any():
-        idx = int(torch.argmax(torch.where(bad, err - allowed, torch.zeros_like(err))))
-        return (
-            f"{int(bad.sum())} of {e.numel()} elements beyond atol={atol:g}, rtol={rtol:g}; "
-            f"max abs error {float(err[finite].max()):.3g} (at flat index {idx}: "
-            f"got {float(af.flatten()[idx]):.6g}, expected {float(ef.flatten()[idx]):.6g})"
-        )
+    bad = int(table[:, 3].sum())
+    if bad:
+        row = table[int(table[:, 5].argmax())]
+        idx = int(row[6])
+        at = tuple(int(i) for i in torch.unravel_index(torch.tensor(idx), e.shape))
+        got, want = float(a[at]), float(e[at])
+        return (f"{bad} of {e.numel()} elements beyond atol={atol:g}, rtol={rtol:g}; "
+                f"max abs error {float(table[:, 4].max()):.3g} (at flat index {idx}: got {got:.6g}, "
+                f"expected {want:.6g})")
     return None
+
+
+def digest(value, *, canonical: bool = False) -> tuple:
+    """A fingerprint of ``value`` (tensors, nested lists, plain values) that changes when any bit of a
+    tensor does: a weighted sum of its raw words modulo 2**64, a chunk at a time, the weights drawn per
+    call of the process.  ``canonical``: -0.0 counts as 0.0 and every NaN as one NaN (equal values,
+    not equal bits), as for "two calls gave the same output".
+    """
+    parts = []
+    for t in flatten(value):
+        if not isinstance(t, torch.Tensor):
+            parts.append(("value", repr(t)))
+            continue
+        parts.append((tuple(t.shape), str(t.dtype), str(t.device), _tensor_digest(t, canonical)))
+    return tuple(parts)
+
+
+_WEIGHTS: dict[str, torch.Tensor] = {}
+
+
+def _weights(device: torch.device) -> torch.Tensor:
+    key = str(device)
+    if key not in _WEIGHTS:  # odd weights, fresh for this process: a candidate cannot aim at a collision
+        seed = int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
+        generator = torch.Generator().manual_seed(seed)
+        w = torch.randint(-(1 << 62), 1 << 62, (CHUNK,), dtype=torch.int64, generator=generator) | 1
+        _WEIGHTS[key] = w.to(device)
+    return _WEIGHTS[key]
+
+
+def _tensor_digest(t: torch.Tensor, canonical: bool) -> int:
+    if t.numel() == 0:
+        return 0
+    if t.dtype == torch.bool:
+        t = t.to(torch.uint8)
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    weights = _weights(t.device)
+    total = 0
+    for _, (chunk,) in _chunks(t):
+        if canonical and chunk.is_floating_point():
+            chunk = torch.where(torch.isnan(chunk), torch.full_like(chunk, float("nan")), chunk + 0.0)
+        words = chunk.view(_INT_OF_SIZE[chunk.element_size()]).to(torch.int64)
+        s = int((words * weights[:words.numel()]).sum())  # int64 arithmetic wraps modulo 2**64
+        total = (total * 0x9E3779B97F4A7C15 + s) & ((1 << 64) - 1)
+    return total

@@ -1,8 +1,10 @@
 """The evaluator: scores one candidate kernel of one task, in a sandbox."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
+from evaluator.preparation import Preparation, prepare_tasks
 from evaluator.result import EvalResult, Status, trim
 from evaluator.sandbox import SandboxWorker
 
@@ -15,6 +17,12 @@ class TimingSettings:
     budget_s: float = 2.0  # stop repeating once this much time went into timing
     batch: int = 8  # GPU: pairs of calls queued between synchronisations (1: synchronise around each)
     input_sets: int = 1  # timed calls take these many input sets (seeded apart, allocated apart) in turn
+
+
+# Tolerances where a task sets no ATOL/RTOL: ``strict`` keeps evaluator.compare's per-dtype defaults
+# (fp32 1e-4, as KernelBench's current harness); ``kernelbench`` is atol = rtol = 1e-2 for every dtype,
+# as in the KernelBench paper's published fast_p figures (versions 0 and 0.1).
+TOLERANCES = {"strict": None, "kernelbench": 1e-2}
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,8 @@ class EvaluatorSettings:
     memory_limit_mb: int = 32768  # host memory (RSS) of one evaluation; its process group is killed beyond
     gpu_memory_fraction: float = 0.9  # of the GPU, for one evaluation's allocations
     isolate_network: bool = True  # a private network namespace for candidates, where the OS allows
+    prepare_workers: int | None = None  # sandbox workers per device checking references and deriving seeds
+    tolerance: str = "strict"  # strict: per-dtype defaults (fp32 1e-4) | kernelbench: atol = rtol = 1e-2
 
     def __post_init__(self):
         if self.device not in ("auto", "cpu", "cuda"):
@@ -48,6 +58,10 @@ class EvaluatorSettings:
             raise ValueError("evaluator.seeds needs at least one seed")
         if self.compile_timing not in ("live", "cached"):
             raise ValueError(f"evaluator.compile_timing must be live or cached, not {self.compile_timing!r}")
+        if self.tolerance not in TOLERANCES:
+            raise ValueError(f"evaluator.tolerance must be one of {', '.join(TOLERANCES)}, not {self.tolerance!r}")
+        if self.prepare_workers is not None and self.prepare_workers < 1:
+            raise ValueError("evaluator.prepare_workers must be >= 1 (null: chosen from the CPU count)")
         if self.time_shapes not in ("largest", "all"):
             raise ValueError(f"evaluator.time_shapes must be largest or all, not {self.time_shapes!r}")
         if self.timeout_s <= 0:
@@ -75,7 +89,8 @@ class Evaluator:
         self.worker = SandboxWorker(device=device, cuda_index=cuda_index, scratch_root=scratch_root,
                                     cache_dir=settings.cache_dir)
 
-    def _request(self, kind: str, task_name: str, task_source: str, **extra) -> dict:
+    def _request(self, kind: str, task_name: str, task_source: str, *, worker: SandboxWorker | None = None,
+                 **extra) -> dict:
         timing = self.settings.timing if self.device == "cuda" else self.settings.cpu_timing
         message = {
             "kind": kind, "task_name": task_name, "task_source": task_source,
@@ -88,9 +103,19 @@ class Evaluator:
             "gpu_memory_fraction": self.settings.gpu_memory_fraction,
             "isolate_network": self.settings.isolate_network,
             "compile_baseline": self._compile_baseline(), "time_shapes": self.settings.time_shapes,
+            "tolerance": TOLERANCES[self.settings.tolerance],
             **extra,
         }
-        return self.worker.request(message, self.settings.timeout_s)
+        reply = (worker or self.worker).request(message, self.settings.timeout_s)
+        if kind != "evaluate" and ("sandbox" in reply or "harness_error" in reply):
+            what = "the reference" if kind == "check_task" else "deriving the seed"
+            if reply.get("sandbox") == "timeout":
+                error = f"{what} did not finish within evaluator.timeout_s={self.settings.timeout_s:g} s"
+            else:
+                error = reply.get("reason") or reply.get("harness_error")
+            return {"ok": False, "stage": reply.get("sandbox", "crashed"), "error": error,
+                    "traceback": reply.get("log", "")}
+        return reply
 
     def _compile_baseline(self) -> dict | None:
         wanted = self.settings.compile_baseline
@@ -109,19 +134,38 @@ class Evaluator:
         return EvalResult.from_dict(reply)
 
     def check_task(self, task_name: str, task_source: str) -> dict:
-        """Run the task's reference alone: ``{"ok": bool, "error"?, "warnings"?}``."""
-        reply = self._request("check_task", task_name, task_source)
-        if "sandbox" in reply or "harness_error" in reply:
-            return {"ok": False, "error": reply.get("reason") or reply.get("harness_error"),
-                    "traceback": reply.get("log", "")}
-        return reply
+        """Run the task's reference alone: ``{"ok": bool, "error"?, "stage"?, "warnings"?, "memory"?}``."""
+        return self._request("check_task", task_name, task_source)
 
     def compile_seed(self, task_name: str, task_source: str) -> dict:
         """A seed kernel from torch.compile's Triton: ``{"ok": True, "source"}`` or ``{"ok": False, "error"}``."""
-        reply = self._request("compile_seed", task_name, task_source)
-        if "sandbox" in reply or "harness_error" in reply:
-            return {"ok": False, "error": reply.get("reason") or reply.get("harness_error")}
-        return reply
+        return self._request("compile_seed", task_name, task_source)
+
+    @property
+    def prepare_workers(self) -> int:
+        """Sandbox workers that prepare tasks at once: on a GPU one per two CPU cores, at most 8."""
+        if self.settings.prepare_workers:
+            return self.settings.prepare_workers
+        return max(1, min(8, (os.cpu_count() or 2) // 2)) if self.device == "cuda" else 1
+
+    def prepare(self, tasks: list[Preparation], parallel: int = 1) -> dict[str, dict]:
+        """Check the references of ``tasks`` and derive the seeds they ask for, ``parallel`` at a time
+        (each in a sandbox worker of its own): ``{name: {"check": reply, "seed": reply | None}}``."""
+        made = iter([self.worker])
+
+        def make_worker() -> SandboxWorker:
+            return next(made, None) or SandboxWorker(device=self.device, cuda_index=self.worker.cuda_index,
+                                                     scratch_root=str(self.worker.scratch.parent),
+                                                     cache_dir=self.settings.cache_dir)
+
+        def request(worker: SandboxWorker, kind: str, name: str, source: str) -> dict:
+            return self._request(kind, name, source, worker=worker)
+
+        return prepare_tasks(request, tasks, parallel, make_worker)
+
+    def prepare_here(self, tasks: list[Preparation]) -> dict[str, dict]:
+        """:meth:`prepare` with this host's number of workers (what a Ray actor is asked)."""
+        return self.prepare(tasks, self.prepare_workers)
 
     def close(self) -> None:
         self.worker.close()

@@ -21,12 +21,14 @@ from evaluator.correctness import Verifier
 from evaluator.guards import compiled_kernels, timer_identities, timers_tampered, uninstall_launch_counter
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
-from evaluator import baseline, compile_seed, roofline
+from evaluator import baseline, compile_seed, memory, roofline
 from evaluator.timing import time_interleaved, time_side_by_side
 
 
 def handle(request: dict) -> dict:
     kind = request.get("kind", "evaluate")
+    if request.get("device", "cpu").startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.set_per_process_memory_fraction(float(request.get("gpu_memory_fraction", 0.9)))
     if kind == "check_task":
         return check_task(request)
     if kind == "compile_seed":
@@ -71,25 +73,46 @@ def _build(cls, problem, device: str):
 
 
 def check_task(request: dict) -> dict:
-    """Load a problem file and run its reference on every admissible shape."""
+    """Load a problem file and run its reference on every admissible shape.
+
+    Replies ``{"ok": True, "shapes", "warnings", "memory"}`` or ``{"ok": False, "error", "stage"}``
+    (stage: ``load``, ``memory`` when the reference alone does not fit the GPU, ``reference``).
+    """
     device, scratch = request["device"], Path(request["scratch"])
+    stage = "load"
     try:
         problem = _load_module(request["task_source"], scratch, "task")
         shapes = select_shapes(problem, device, request["cpu_max_numel"])
         model = _build(problem.Model, problem, device)
+        stage = "reference"
         warnings = []
+        footprint = memory.reference_footprint(problem, model, shapes[-1], 0, device)
+        atol, rtol = getattr(problem, "ATOL", None), getattr(problem, "RTOL", None)
         with torch.no_grad():
             for shape in shapes:
                 first = model(*make_inputs(problem, shape, 0, device))
                 second = model(*make_inputs(problem, shape, 1, device))
                 # Outputs for different inputs that agree within the task's tolerance: a kernel
                 # that ignores its inputs and returns a constant would pass the checks.
-                if mismatch(first, second, getattr(problem, "ATOL", None), getattr(problem, "RTOL", None)) is None:
+                if mismatch(first, second, atol, rtol) is None:
                     warnings.append(f"shape {shape}: the reference output barely depends on its inputs "
                                     "(outputs for two input seeds agree within the tolerance)")
-        return {"ok": True, "shapes": len(shapes), "warnings": warnings}
+                del first, second
+        out = {"ok": True, "shapes": len(shapes), "warnings": warnings}
+        if footprint:
+            out["memory"] = {"reference_peak_mb": round(footprint / memory.MB, 1),
+                             "device_mb": round(memory.device_total_mb(device), 1)}
+        return out
     except Exception as exc:  # the user's reference: report whatever it raised
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": error_text(exc)}
+        if stage == "reference" and memory.is_out_of_memory(exc):
+            total = memory.device_total_mb(device)
+            error = (f"the reference alone ran out of GPU memory ({total / 1024:.0f} GiB device, "
+                     f"{float(request.get('gpu_memory_fraction', 0.9)):.0%} of it usable): "
+                     f"{str(exc).splitlines()[0][:200]}")
+            return {"ok": False, "stage": "memory", "error": error, "traceback": error_text(exc)}
+        if isinstance(exc, Failure):
+            return {"ok": False, "stage": stage, "error": exc.reason, "traceback": exc.error}
+        return {"ok": False, "stage": stage, "error": f"{type(exc).__name__}: {exc}", "traceback": error_text(exc)}
 
 
 def make_compile_seed(request: dict) -> dict:
@@ -115,14 +138,13 @@ def make_compile_seed(request: dict) -> dict:
 def evaluate(request: dict) -> EvalResult:
     device = request["device"]
     start = time.monotonic()
-    if device.startswith("cuda"):
-        torch.cuda.set_per_process_memory_fraction(float(request.get("gpu_memory_fraction", 0.9)))
     try:
         result = _evaluate(request, device)
     except Failure as failure:
         result = EvalResult(status=failure.status, reason=failure.reason, error=failure.error)
     result.device = _device_name(device)
     result.wall_s = time.monotonic() - start
+    result.extra["environment"] = dict(request.get("environment") or {}, gpu=result.device)
     return result
 
 
@@ -140,22 +162,25 @@ def _evaluate(request: dict, device: str) -> EvalResult:
     scratch = Path(request["scratch"])
     problem = _load_module(request["task_source"], scratch, "task")
     began = time.monotonic()
+    reference = _build(problem.Model, problem, device)
+    shapes = select_shapes(problem, device, request["cpu_max_numel"])
+    # What the reference alone needs, measured before any candidate code runs.
+    reference_bytes = memory.reference_footprint(problem, reference, shapes[-1], request["seeds"][0], device)
     timers = timer_identities()  # before any candidate code runs
     try:
         candidate = _load_module(source, scratch, "candidate")
     except Exception as exc:
         raise Failure(Status.COMPILE_ERROR, f"loading the candidate: {type(exc).__name__}: {exc}",
                        error_text(exc)) from exc
-    reference = _build(problem.Model, problem, device)
     try:
         model = _build(candidate.ModelNew, problem, device)
     except Exception as exc:
         raise Failure(Status.RUNTIME_ERROR, f"ModelNew(...): {type(exc).__name__}: {exc}",
                        error_text(exc)) from exc
 
-    shapes = select_shapes(problem, device, request["cpu_max_numel"])
     phases = {"load_s": time.monotonic() - began}
-    checks = Verifier(problem, reference, model, device, timers).run(shapes, list(request["seeds"]))
+    checks = Verifier(problem, reference, model, device, timers, request.get("tolerance")).run(
+        shapes, list(request["seeds"]))
     phases["checks_s"] = time.monotonic() - began - phases["load_s"]
 
     tampered = timers_tampered(timers)
@@ -169,7 +194,7 @@ def _evaluate(request: dict, device: str) -> EvalResult:
     if measured["roofline_fraction"] is not None and measured["roofline_fraction"] > limit:
         # Faster than the hardware allows: check everything again on fresh inputs and time again.
         fresh = [seed + 7919 for seed in request["seeds"]]
-        Verifier(problem, reference, model, device, timers).run(shapes, fresh)
+        Verifier(problem, reference, model, device, timers, request.get("tolerance")).run(shapes, fresh)
         uninstall_launch_counter()
         first, measured = measured, _measure(request, problem, reference, model, shapes, fresh[0], device)
         extra["reverified"] = {"roofline_fraction": first["roofline_fraction"], "speedup": first["speedup"]}
@@ -180,6 +205,9 @@ def _evaluate(request: dict, device: str) -> EvalResult:
                           "skips work, or the task's flops/bytes_moved are wrong")
     phases["timing_s"] = time.monotonic() - began - phases["load_s"] - phases["checks_s"]
     extra.update(phases=phases, roofline=measured.pop("roofline"), work=measured.pop("work"))
+    footprint = memory.report(reference_bytes, device)
+    if footprint:
+        extra["memory"] = footprint
     for key in ("compile_baseline_error", "shape_timings"):
         if key in measured:
             extra[key] = measured.pop(key)

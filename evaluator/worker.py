@@ -67,6 +67,29 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
+def describe_environment() -> dict:
+    """Versions that shape a measurement (the GPU's name is added by each evaluation).
+
+    Read before the worker forks, without initialising CUDA here: the driver's version from
+    ``nvidia-smi``, where there is one.
+    """
+    import platform
+    import subprocess
+
+    import torch
+    import triton
+
+    driver = ""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        driver = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return {"driver": driver, "cuda": torch.version.cuda or "", "torch": torch.__version__,
+            "triton": triton.__version__, "python": platform.python_version()}
+
+
 def _send(stream, message: dict) -> None:
     stream.write(json.dumps(message) + "\n")
     stream.flush()
@@ -184,6 +207,7 @@ def main() -> None:
     from evaluator.guards import warm_up
 
     warm_up()  # CPU only: the worker never initialises CUDA, its children do
+    environment = describe_environment()
 
     _send(protocol, {"ready": True, "pid": os.getpid(), "torch": torch.__version__,
                      "triton": triton.__version__})
@@ -192,6 +216,7 @@ def main() -> None:
             continue
         request = json.loads(line)
         request["scratch"] = str(scratch)
+        request["environment"] = environment
         _send(protocol, run_isolated(request, scratch))
 
 

@@ -119,7 +119,8 @@ def _run_args(args: list[str], usage: str, optional: set[str] = frozenset(),
 
 def status_command(args: list[str]) -> int:
     from evo.run_view import open_run
-    from evo.summary import fragment_table, model_table, operator_table, status_table
+    from evo.fast_p import fast_p_rows, task_bests, tolerance_of
+    from evo.summary import fast_p_table, fragment_table, model_table, operator_table, status_table
     from operators.meta_prompt import STATE_KEY, table
 
     try:
@@ -129,10 +130,14 @@ def status_command(args: list[str]) -> int:
             models, spend = run.archive.model_rates(), run.archive.llm_spend()
             children, migrations = run.archive.child_evaluation_count(), run.archive.migration_counts()
             pool = run.archive.meta(STATE_KEY)
+            aside, fast_p, tolerance = run.archive.set_aside(), fast_p_rows(task_bests(run)), tolerance_of(run)
     except EvoError as exc:
         return _fail(str(exc))
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and pipes: no wrapped tables
     console.print(status_table(rows, title=f"evo run {run.dir} ({run.info.get('device', '?')})"))
+    console.print(fast_p_table(fast_p, tolerance))
+    for task, row in aside.items():  # one line each, unwrapped: reasons are long
+        console.print(f"task {task} set aside ({row['stage']}): {row['reason']}", soft_wrap=True, markup=False)
     console.print(operator_table(operators))
     if models:
         console.print(model_table(models))

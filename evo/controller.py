@@ -132,10 +132,13 @@ class Controller:
             if program.task in self.tasks:
                 self._enqueue(program)
         for task in self.tasks.values():
-            if not self.archive.has_programs(task.name):
-                for source in task.seeds:
+            for source in task.seeds:  # a seed file added since the last start counts too
+                if not self.archive.find_duplicate(task.name, source):
                     self._enqueue(self.archive.add_program(task=task.name, island=0, generation=0,
                                                            operator="seed", source=source))
+            if task.name not in self._ready and not self._pending(task.name) and self.steering is None:
+                self._set_aside(task.name, "seed_evaluation", "none of its seed kernels was correct "
+                                "(evaluated by an earlier start of this run)")
         self.events("start", children_done=self.children_done, requeued=len(self._queue),
                     budget=self.settings.budget_evaluations)
 
@@ -329,6 +332,9 @@ class Controller:
             # Every island starts from the seeds.
             self.archive.migrate(program.task, [(0, i) for i in range(1, self.backend.island_count)], 1 << 30)
             self.stagnation.seeded(program.task, speedup)
+            if program.task not in self._ready and not self._pending(program.task) and self.steering is None:
+                self._set_aside(program.task, "seed_evaluation",
+                                f"its seed kernels all failed; the last: {result.status.value}: {result.reason}")
         else:
             if self.stagnation.evaluated(program.task, program.island, speedup, result.speedup_noise):
                 self._reseed(program.task, program.island)
@@ -339,6 +345,15 @@ class Controller:
                 self._record_stats()
         self.events("evaluated", program=program, result=result, insert=insert.value,
                     children_done=self.children_done, in_flight=self._in_flight())
+
+    def _pending(self, task: str) -> bool:
+        """A program of ``task`` waits for its evaluation or is being evaluated."""
+        return any(p.task == task for p in [*self._queue, *(p for _, p in self._evaluations.values())])
+
+    def _set_aside(self, task: str, stage: str, reason: str) -> None:
+        """The task is not searched further: recorded with why, and shown by status and report."""
+        self.archive.set_aside(task, stage, reason[:2000], self.tasks[task].files_hash)
+        self.events("task_set_aside", task=task, stage=stage, reason=reason)
 
     def _in_flight(self) -> dict:
         """What is under way: for the progress display and events.jsonl."""

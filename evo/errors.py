@@ -19,3 +19,7 @@ class RunDirError(EvoError):
 
 class LLMError(EvoError):
     """The configured LLM endpoint cannot be used."""
+
+
+class RunError(EvoError):
+    """A run ended without doing what it was started for (every task set aside, nothing evaluated)."""

@@ -91,7 +91,12 @@ def _module_name(task: str, taken: set[str]) -> str:
 
 
 def forward_signature(reference_source: str) -> tuple[str, str]:
-    """(parameters, call arguments) of the reference's ``Model.forward`` without ``self``."""
+    """(parameters, call arguments) of the reference's ``Model.forward`` without ``self``.
+
+    The library's module imports only its runtime: annotations are dropped (``x: torch.Tensor`` would
+    name torch there), and a default that is not a literal (``dim=DIM``, ``dtype=torch.float32``)
+    becomes ``_runtime.DEFAULT``, which the runtime replaces with the reference's own default.
+    """
     tree = ast.parse(reference_source)
     model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
     forward = next((n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
@@ -99,8 +104,23 @@ def forward_signature(reference_source: str) -> tuple[str, str]:
         return "*args, **kwargs", "*args, **kwargs"
     args = forward.args
     posonly, regular = (args.posonlyargs[1:], args.args) if args.posonlyargs else ([], args.args[1:])
-    params = ast.arguments(posonlyargs=posonly, args=regular, vararg=args.vararg, kwonlyargs=args.kwonlyargs,
-                           kw_defaults=args.kw_defaults, kwarg=args.kwarg, defaults=args.defaults)
+
+    def plain(arg: ast.arg | None) -> ast.arg | None:
+        return None if arg is None else ast.arg(arg=arg.arg)
+
+    def default(node: ast.expr | None) -> ast.expr | None:
+        if node is None:
+            return None
+        try:
+            ast.literal_eval(node)
+            return node
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return ast.Attribute(value=ast.Name(id="_runtime"), attr="DEFAULT")
+
+    params = ast.arguments(posonlyargs=[plain(a) for a in posonly], args=[plain(a) for a in regular],
+                           vararg=plain(args.vararg), kwonlyargs=[plain(a) for a in args.kwonlyargs],
+                           kw_defaults=[default(d) for d in args.kw_defaults],
+                           kwarg=plain(args.kwarg), defaults=[default(d) for d in args.defaults])
     call = [a.arg for a in [*posonly, *regular]]
     call += [f"*{args.vararg.arg}"] if args.vararg else []
     call += [f"{a.arg}={a.arg}" for a in args.kwonlyargs]
@@ -159,8 +179,11 @@ def _candidates(run: RunView, task: str, options: ExportOptions) -> tuple[list[d
     return run.archive.kernels(chosen), shapes
 
 
-def _kernel_entry(run: RunView, task: Task, module: str, row: dict, shapes: list[dict], versions: dict,
+def _kernel_entry(run: RunView, task: Task, module: str, row: dict, shapes: list[dict], environment: dict | None,
                   device_class) -> dict:
+    """A kernel's manifest entry; its versions are those of the evaluation that measured it (None
+    where the run predates their recording: the history then names the exporting machine's)."""
+    measured = {k: (environment or {}).get(k) for k in ("torch", "triton", "python")}
     return dict(
         module=module, device=row["device"], device_class=device_class(row["device"]),
         speedup=row["speedup"], speedup_vs_compiled=row["speedup_vs_compiled"],
@@ -169,7 +192,13 @@ def _kernel_entry(run: RunView, task: Task, module: str, row: dict, shapes: list
         timing_representative=bool(row["timing_representative"]),
         source_hash=row["source_hash"], source_sha256=hashlib.sha256(row["source"].encode()).hexdigest(),
         reference_hash=task.source_hash, program_id=row["id"], operator=row["operator"],
-        lineage=run.archive.lineage(row["id"]), run=str(run.dir), evaluated_at=row["created_at"], **versions)
+        lineage=run.archive.lineage(row["id"]), run=str(run.dir), evaluated_at=row["created_at"],
+        environment=environment, **measured)
+
+
+def _environment(row: dict | None) -> dict | None:
+    return None if row is None else {k: row[k] for k in ("gpu", "driver", "cuda", "torch", "triton", "python",
+                                                          "engine")}
 
 
 def _speedup_on(kernel: dict, group: tuple) -> dict | None:
@@ -269,8 +298,10 @@ def export_run(run: RunView, out: Path, options: ExportOptions) -> list[str]:
             entry = manifest["tasks"][task.name] = dict(
                 module=_module_name(task.name, taken), signature=signature, call=call,
                 reference_hash=task.source_hash, top_k=options.top_k, kernels=[], buckets=[])
+        environments = run.archive.environments(r.get("environment_id") for r in rows)
         new = [_kernel_entry(run, task, f"{entry['module']}_{r['source_hash'][:12]}", r, shapes[r["id"]],
-                             versions, runtime.device_class) for r in rows]
+                             _environment(environments.get(r.get("environment_id"))), runtime.device_class)
+               for r in rows]
         # Per bucket the library keeps as many kernels as the largest top_k it was exported with.
         entry["top_k"] = max(options.top_k, entry.get("top_k", 1))
         kept, dropped = merge_kernels(entry["kernels"], new, entry["top_k"])
@@ -284,7 +315,7 @@ def export_run(run: RunView, out: Path, options: ExportOptions) -> list[str]:
         raise EvoError(f"the run {run.dir} has no correct kernel{floor} for {', '.join(skipped)}; nothing written")
     manifest["history"].append(dict(
         at=time.time(), run=str(run.dir), tasks=[t.name for t in tasks], top_k=options.top_k,
-        min_speedup=options.min_speedup, changes=changes, skipped=skipped, **versions))
+        min_speedup=options.min_speedup, changes=changes, skipped=skipped, exported_with=versions))
     try:
         _write_package(out, manifest, sources, {t.name: t for t in tasks})
     except OSError as exc:

@@ -5,6 +5,7 @@ plot as base64 and loads nothing from anywhere else.  Sections: the task
 table, best speedup over time, QD-score and coverage over time (the
 archive's ``stats_history``), an archive heatmap per task (a grid archive's
 descriptor grid; a CVT archive's centroids projected on two descriptor axes),
+fast_p and geometric-mean speedups per folder of tasks, the tasks set aside with why,
 each task's speedup per shape set where the run timed them
 (``evaluator.time_shapes=all``), operator and LLM model success rates, LLM
 cost over time, and the lineage of each task's best kernel with the diffs along
@@ -23,6 +24,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from evo.descriptors import parse_cell_key
+from evo.fast_p import P_VALUES, TOLERANCE_NOTES, fast_p_rows, task_bests, tolerance_of
 from evo.layouts import CVT
 from evo.run_view import RunView
 from evo.shape_buckets import best_per_bucket, speedups_by_program
@@ -230,6 +232,8 @@ def write_report(run: RunView, out: Path) -> Path:
         children=run.archive.child_evaluation_count(), descriptors=[d.name for d in run.descriptors],
         lineages={task: lineage_steps(run, task) for task in run.tasks},
         shapes={task: rows for task in run.tasks if (rows := shape_rows(run, task))},
+        fast_p=fast_p_rows(task_bests(run)), p_values=P_VALUES,
+        tolerance=TOLERANCE_NOTES.get(tolerance_of(run), tolerance_of(run)), set_aside=run.archive.set_aside(),
         generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
     path = out / "report.html"
     path.write_text(page, encoding="utf-8")

@@ -5,7 +5,6 @@ checked before anything is written, so a failed start leaves no run state.
 """
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import os
@@ -19,7 +18,8 @@ from archive import Archive, ArchiveError
 from evaluator import Evaluator, resolve_device
 from evo.config import Components
 from evo.controller import Controller
-from evo.errors import RunDirError, TaskError
+from evo.errors import RunDirError, RunError, TaskError
+from evo.startup import nothing_to_search, prepare_tasks
 from evo.progress import RunEvents
 from evo.task import Task
 from evo.summary import summary_rows, summary_table
@@ -112,20 +112,19 @@ def make_backend(c: Components, device: str, gpus: int, resume_count: int):
     return RayBackend(c.ray, islands, c.evaluator, device, workers, held)
 
 
-def _with_seed(task: Task, backend, from_compile: bool, console: Console) -> Task:
-    """The task, with a seed kernel derived from torch.compile's Triton if it ships none."""
-    if task.seeds:
-        return task
-    missing = (f"task {task.name} ({task.path}) has no seed kernel: the search starts from one. Put a "
-               f"candidate defining ModelNew in seeds/{Path(task.path).name} beside the problem file, "
-               "or name it with SEED = 'path.py' in the problem file")
-    if not from_compile:
-        raise TaskError(missing + " (on a GPU, run.compile_seeds=true derives one from torch.compile)")
-    reply = backend.compile_seed(task.name, task.source)
-    if not reply.get("ok"):
-        raise TaskError(f"{missing}; deriving one from torch.compile failed: {reply.get('error')}")
-    console.print(f"task {task.name}: seed kernel derived from torch.compile's Triton kernels")
-    return dataclasses.replace(task, seeds=(reply["source"],))
+def _earlier_state(url: str) -> tuple[dict[str, dict], set[str]]:
+    """(set-aside records by task, tasks with programs) of the run being resumed."""
+    from archive.queries import ArchiveReader
+
+    try:
+        reader = ArchiveReader(url=url) if not url.startswith("sqlite:///") else ArchiveReader(
+            path=Path(url.split("///", 1)[1]))
+        try:
+            return reader.set_aside(), {t for t, row in reader.task_counts().items() if row["programs"]}
+        finally:
+            reader.close()
+    except Exception:  # noqa: BLE001 (no archive yet, or one the Archive itself will refuse with its reason)
+        return {}, set()
 
 
 def run_search(c: Components, config_yaml: str, console: Console | None = None) -> list[dict]:
@@ -152,13 +151,11 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
                   soft_wrap=True)
     backend = make_backend(c, device, gpus, resume_count)
     try:
-        for task in c.tasks:
-            check = backend.check_task(task.name, task.source)
-            if not check.get("ok"):
-                raise TaskError(f"the reference of task {task.name} ({task.path}) failed: {check.get('error')}")
-            for warning in check.get("warnings", []):
-                console.print(f"[yellow]task {task.name}: {warning}")
-        tasks = [_with_seed(task, backend, c.compile_seeds and device == "cuda", console) for task in c.tasks]
+        earlier, has_programs = _earlier_state(c.archive_url) if resuming else ({}, set())
+        prepared = prepare_tasks(c.tasks, backend, on_gpu=device == "cuda", compile_seeds=c.compile_seeds,
+                                 llm=c.llm is not None, earlier=earlier, has_programs=has_programs, console=console)
+        if not prepared.tasks and not resuming:  # a failed start leaves no run state
+            raise TaskError(nothing_to_search(prepared.set_aside + prepared.kept_aside))
         run_dir.mkdir(parents=True, exist_ok=True)
         lock = _lock_run_dir(run_dir)  # held until this process exits, however it exits
         # run.json first: from then on the directory is a run that a later start resumes.
@@ -166,11 +163,23 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
             {"tasks": names, "resumes": resume_count, "device": device, "started": time.time()}, indent=1))
         if not (run_dir / "config.yaml").exists():
             write_atomically(run_dir / "config.yaml", config_yaml)
-        archive = Archive(c.archive_url, descriptors=c.descriptors, cvt_cells=c.cvt_cells, seed=c.run.seed)
+        version = code_version()
+        archive = Archive(c.archive_url, descriptors=c.descriptors, cvt_cells=c.cvt_cells, seed=c.run.seed,
+                          engine_version=version)
         if archive.get_meta("config") is None:
             archive.set_meta("config", config_yaml)
-        archive.set_meta(f"code_version.{resume_count}", code_version())
+        archive.set_meta(f"code_version.{resume_count}", version)
+        for aside in prepared.set_aside:
+            archive.set_aside(aside.task, aside.stage, aside.reason, aside.source_hash)
+        for task in prepared.tasks:
+            if task.name in earlier:
+                archive.readmit(task.name)
+        if not prepared.tasks:
+            raise TaskError(nothing_to_search(prepared.set_aside + prepared.kept_aside))
+        tasks = prepared.tasks
         events = RunEvents(run_dir, c.run.budget_evaluations, show=c.progress)
+        for aside in prepared.set_aside:
+            events("task_set_aside", task=aside.task, stage=aside.stage, reason=aside.reason)
         if hasattr(backend, "placement"):
             placement = backend.placement()
             events("placement", **placement)
@@ -179,9 +188,11 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
         if c.steering is not None:
             c.steering.budget.resume(archive.llm_spend())  # budgets span the whole run, resumes included
         try:
-            Controller(settings=c.run, tasks=tasks, archive=archive, backend=backend, migration=c.migration,
-                       events=events, resume_count=resume_count, selection=c.selection,
-                       inspiration=c.inspiration, steering=c.steering).run()
+            controller = Controller(
+                settings=c.run, tasks=tasks, archive=archive, backend=backend, migration=c.migration,
+                events=events, resume_count=resume_count, selection=c.selection, inspiration=c.inspiration,
+                steering=c.steering)
+            controller.run()
         except ArchiveError as exc:
             raise ArchiveError(f"{exc}; every committed change is kept: run `evo run run.dir={run_dir}` "
                                "again to continue") from None
@@ -189,11 +200,23 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
             events.close()
         rows = summary_rows(archive, names)
         console.print(summary_table(rows, title=f"evo run {run_dir} ({device})"))
+        aside = archive.set_aside_tasks()
+        for name in names:
+            if name in aside:
+                console.print(f"[red]task {name} set aside ({aside[name]['stage']}): {aside[name]['reason']}",
+                              soft_wrap=True)
         spend = archive.llm_spend()
         if spend["calls"]:
             console.print(f"LLM: {spend['calls']} calls, {spend['errors']} failed, ${spend['cost_usd']:.4f}")
+        searched = [name for name in names if name not in aside]
+        evaluated = archive.child_evaluation_count()
         archive.close()
         lock.close()
+        if not searched:
+            raise RunError(f"nothing was searched: every task was set aside (run.dir {run_dir} records why)")
+        if evaluated == 0 and c.run.budget_evaluations > 0:
+            raise RunError(f"no child kernel was evaluated (tasks {', '.join(searched)}): see "
+                           f"{run_dir / 'events.jsonl'} for what failed")
         return rows
     finally:
         backend.close()

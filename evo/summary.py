@@ -63,3 +63,20 @@ def fragment_table(rows: list[dict], shown: int = 5) -> Table:
                     r["text"] if len(r["text"]) <= 160 else r["text"][:157] + "...") for r in rows[:shown]],
                   caption=f"meta-prompt evolution: the best {min(shown, len(rows))} of {len(rows)} fragments "
                           "(rate: posterior mean share of children that improved)")
+
+
+def fast_p_table(rows: list[dict], tolerance: str) -> Table:
+    """Per group of tasks (a folder of problem files): KernelBench's fast_p and geometric-mean speedups."""
+    from evo.fast_p import P_VALUES, TOLERANCE_NOTES
+
+    def mean(value, n):
+        return f"{_x(value)} ({n})" if value is not None else "-"
+
+    return _table(None, ("group", "tasks", "set aside", *(f"fast_{p:g}" for p in P_VALUES), "geomean eager",
+                         "geomean compiled"),
+                  [(r["group"], str(r["tasks"]), str(r["set_aside"]), *(_pct(r["fast_p"][p]) for p in P_VALUES),
+                    mean(r["geomean"], r["geomean_n"]), mean(r["geomean_compiled"], r["geomean_compiled_n"]))
+                   for r in rows],
+                  caption=f"fast_p: share of the group's tasks with a correct kernel faster than eager by more "
+                          f"than p; geomeans over the (n) tasks with a correct kernel, each its fastest; "
+                          f"checked with {TOLERANCE_NOTES.get(tolerance, tolerance)}")

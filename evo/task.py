@@ -42,6 +42,14 @@ class Task:
     def source_hash(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
+    @property
+    def files_hash(self) -> str:
+        """Of the problem file and its seed kernels: what a decision about the task was made on."""
+        digest = hashlib.sha256(self.source.encode())
+        for seed in self.seeds:
+            digest.update(b"\0" + seed.encode())
+        return digest.hexdigest()[:16]
+
 
 def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
     names: dict[str, ast.AST] = {}

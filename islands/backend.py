@@ -9,7 +9,7 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
-from evaluator import EvalResult, Evaluator
+from evaluator import EvalResult, Evaluator, Preparation
 from islands.island import Island
 from operators.base import Context, Proposal
 
@@ -45,6 +45,14 @@ class LocalBackend:
 
     def compile_seed(self, task_name: str, task_source: str) -> dict:
         return self.evaluators[0].compile_seed(task_name, task_source)
+
+    def prepare(self, tasks: list[Preparation]) -> dict[str, dict]:
+        """Every task's reference checked and its seed derived if asked, spread over the evaluators
+        (each preparing several tasks at once): ``{name: {"check", "seed"}}``."""
+        shares = [tasks[i::len(self.evaluators)] for i in range(len(self.evaluators))]
+        futures = [self._pool.submit(e.prepare, share, e.prepare_workers)
+                   for e, share in zip(self.evaluators, shares) if share]
+        return {name: outcome for f in futures for name, outcome in f.result().items()}
 
     def close(self) -> None:
         self._proposal_pool.shutdown(wait=True, cancel_futures=True)

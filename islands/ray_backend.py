@@ -13,7 +13,7 @@ import os
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from evaluator import EvalResult, Evaluator, EvaluatorSettings
+from evaluator import EvalResult, Evaluator, EvaluatorSettings, Preparation
 from islands.island import Island
 from operators.base import Context, Proposal
 
@@ -130,6 +130,12 @@ class RayBackend:
 
     def compile_seed(self, task_name: str, task_source: str) -> dict:
         return self._ray.get(self.evaluators[0].compile_seed.remote(task_name, task_source))
+
+    def prepare(self, tasks: list[Preparation]) -> dict[str, dict]:
+        """As :meth:`islands.backend.LocalBackend.prepare`, on the evaluator actors."""
+        shares = [tasks[i::len(self.evaluators)] for i in range(len(self.evaluators))]
+        refs = [e.prepare_here.remote(share) for e, share in zip(self.evaluators, shares) if share]
+        return {name: outcome for reply in self._ray.get(refs) for name, outcome in reply.items()}
 
     def close(self) -> None:
         try:

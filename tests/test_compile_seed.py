@@ -124,30 +124,40 @@ def test_graph_inputs_must_match_the_wrapper():
 
 
 class SeedingBackend:
+    """``prepare`` as the backends answer it: every reference passes, seeds come from ``reply``."""
+
     def __init__(self, reply: dict):
         self.reply, self.asked = reply, []
 
-    def compile_seed(self, task_name: str, task_source: str) -> dict:
-        self.asked.append(task_name)
-        return self.reply
+    def prepare(self, tasks) -> dict:
+        self.asked += [t.name for t in tasks if t.seed]
+        return {t.name: {"check": {"ok": True}, "seed": self.reply if t.seed else None} for t in tasks}
 
 
 def test_a_task_without_seed_gets_one_from_torch_compile_on_gpus():
     from rich.console import Console
 
-    from evo.errors import TaskError
-    from evo.runner import _with_seed
+    from evo.startup import prepare_tasks
     from evo.task import Task
 
     task, quiet = Task(name="t", path="/x/t.py", source="..."), Console(quiet=True)
-    backend = SeedingBackend({"ok": True, "source": "SEED"})
-    assert _with_seed(task, backend, True, quiet).seeds == ("SEED",) and backend.asked == ["t"]
     seeded = Task(name="s", path="/x/s.py", source="...", seeds=("MINE",))
-    assert _with_seed(seeded, backend, True, quiet) is seeded and backend.asked == ["t"]
-    with pytest.raises(TaskError, match="has no seed kernel.*compile_seeds"):
-        _with_seed(task, backend, False, quiet)
-    with pytest.raises(TaskError, match="has no seed kernel.*torch.compile failed: .*extern_kernels"):
-        _with_seed(task, SeedingBackend({"ok": False, "error": "the graph calls extern_kernels"}), True, quiet)
+
+    def prepare(backend, tasks, on_gpu=True, compile_seeds=True, llm=False):
+        return prepare_tasks(tasks, backend, on_gpu=on_gpu, compile_seeds=compile_seeds, llm=llm, earlier={},
+                             has_programs=set(), console=quiet)
+
+    backend = SeedingBackend({"ok": True, "source": "SEED"})
+    prepared = prepare(backend, [task, seeded])
+    assert [t.seeds for t in prepared.tasks] == [("SEED",), ("MINE",)] and backend.asked == ["t"]
+    prepared = prepare(backend, [task], compile_seeds=False)
+    assert not prepared.tasks and prepared.set_aside[0].stage == "seed"
+    assert "has no seed kernel" in prepared.set_aside[0].reason and "compile_seeds" in prepared.set_aside[0].reason
+    failing = SeedingBackend({"ok": False, "error": "the graph calls extern_kernels"})
+    aside = prepare(failing, [task]).set_aside[0]
+    assert "torch.compile gave none: the graph calls extern_kernels" in aside.reason and "llm.model" in aside.reason
+    assert prepare(failing, [task], llm=True).tasks == [task]  # the LLM writes its seeds
+    assert "on a GPU, torch.compile derives one" in prepare(backend, [task], on_gpu=False).set_aside[0].reason
 
 
 def test_the_cpu_evaluator_explains_that_compile_seeds_need_a_gpu(evaluator):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import json
 import re
 import types
@@ -15,6 +16,14 @@ from pathlib import Path
 
 import torch
 
+class _ReferenceDefault:
+    """A parameter's default that is not a literal: the reference's ``Model.forward`` supplies it."""
+
+    def __repr__(self) -> str:
+        return "<the reference's default>"
+
+
+DEFAULT = _ReferenceDefault()
 _DROP = re.compile(r"^(nvidia|amd|\d+gb|hbm\d*e?|pcie|sxm\d*|nvl)$")
 
 
@@ -79,7 +88,18 @@ def model(task: str, kernel: str, device: str) -> torch.nn.Module:
     return module.ModelNew(*reference(task).get_init_inputs()).to(device).eval()
 
 
+def _with_defaults(task: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``DEFAULT`` arguments replaced with the defaults of the reference's ``Model.forward``."""
+    if not any(v is DEFAULT for v in (*args, *kwargs.values())):
+        return args, kwargs
+    params = list(inspect.signature(reference(task).Model.forward).parameters.values())[1:]  # without self
+    by_name = {p.name: p for p in params}
+    args = tuple(params[i].default if v is DEFAULT else v for i, v in enumerate(args))
+    return args, {k: by_name[k].default if v is DEFAULT else v for k, v in kwargs.items()}
+
+
 def forward(task: str, *args, **kwargs):
+    args, kwargs = _with_defaults(task, args, kwargs)
     inputs = [*args, *kwargs.values()]
     device = next((v.device for v in inputs if isinstance(v, torch.Tensor)), torch.device("cpu"))
     with torch.no_grad():

@@ -1,0 +1,78 @@
+"""Checking references and deriving seeds for many tasks at once, on one device.
+
+A run's start-up runs every task's reference once (``check_task``) and, for a
+task that ships no seed, compiles it with ``torch.compile`` (``compile_seed``,
+tens of seconds of CPU each).  One sandbox worker per task at a time, up to
+``parallel`` of them, does this concurrently; a task that ran out of GPU
+memory beside the others is tried again alone, so a problem that fits the GPU
+by itself is not lost to the crowd.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+
+from evaluator.sandbox import SandboxWorker
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """One task to prepare: its reference checked, and a seed derived if ``seed`` is set."""
+
+    name: str
+    source: str
+    seed: bool
+
+
+def _out_of_memory(reply: dict) -> bool:
+    return reply.get("stage") == "memory" or "out of memory" in str(reply.get("error", "")).lower()
+
+
+def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker) -> dict[str, dict]:
+    """``{name: {"check": reply, "seed": reply | None}}`` for ``tasks``.
+
+    ``request(worker, kind, name, source)`` sends one request to a :class:`SandboxWorker`;
+    ``make_worker()`` starts one.  Workers beyond the first are closed at the end.
+    """
+    results: dict[str, dict] = {}
+    todo: queue.Queue[Preparation] = queue.Queue()
+    for task in tasks:
+        todo.put(task)
+    lock = threading.Lock()
+
+    def prepare(worker: SandboxWorker, task: Preparation) -> dict:
+        check = request(worker, "check_task", task.name, task.source)
+        seed = request(worker, "compile_seed", task.name, task.source) if check.get("ok") and task.seed else None
+        return {"check": check, "seed": seed}
+
+    def drain(worker: SandboxWorker) -> None:
+        while True:
+            try:
+                task = todo.get_nowait()
+            except queue.Empty:
+                return
+            outcome = prepare(worker, task)
+            with lock:
+                results[task.name] = outcome
+
+    count = max(1, min(parallel, len(tasks)))
+    workers = [make_worker() for _ in range(count)]
+    try:
+        threads = [threading.Thread(target=drain, args=(w,), daemon=True) for w in workers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if count > 1:  # what failed for memory in company is tried again alone
+            for task in tasks:
+                outcome = results[task.name]
+                if _out_of_memory(outcome["check"]) or (outcome["seed"] and _out_of_memory(outcome["seed"])):
+                    for extra in workers[1:]:
+                        extra.close()
+                    del workers[1:]
+                    results[task.name] = prepare(workers[0], task)
+    finally:
+        for worker in workers[1:]:
+            worker.close()
+    return results

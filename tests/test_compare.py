@@ -1,0 +1,63 @@
+"""Comparisons and fingerprints made a chunk at a time (no float64 copy of a whole output), and the
+checks that rely on them: inputs made again from their seed, references that work in place."""
+import pytest
+import torch
+
+import evaluator.compare as compare
+from evaluator import Status
+from evaluator.compare import digest, mismatch
+from tests.test_evaluator import TASK, candidate
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(compare, "CHUNK", 1000)  # many chunks on small tensors
+
+
+def test_chunked_comparison_reports_as_a_whole_tensor_would(small_chunks):
+    expected = torch.randn(3000, 7)
+    assert mismatch(expected, expected.clone(), None, None) is None
+    off = expected.clone()
+    off[2000, 3] += 1.0
+    assert "1 of 21000 elements beyond atol=0.0001" in mismatch(expected, off, None, None)
+    assert "flat index 14003" in mismatch(expected, off, None, None)  # the index over the whole tensor
+    nan = expected.clone()
+    nan[5, 5] = float("nan")
+    assert "NaN where the reference has none" in mismatch(expected, nan, None, None)
+    inf = expected.clone()
+    inf[2900, 0] = float("inf")
+    assert "non-finite values" in mismatch(expected, inf, None, None)
+    assert mismatch(expected.t(), expected.t().contiguous(), None, None) is None  # strided outputs
+    assert "21000 of 21000" in mismatch(expected.t(), (expected + 1).t(), None, None)
+    ints = torch.randint(0, 5, (5000,))
+    other = ints.clone()
+    other[4999] += 1
+    assert mismatch(ints, other, None, None) == "1 of 5000 integer elements differ"
+
+
+def test_digests_change_with_any_bit_and_canonical_ones_with_values(small_chunks):
+    x = torch.randn(4096)
+    assert digest(x) == digest(x.clone())
+    y = x.clone()
+    y[4000] = torch.nextafter(y[4000], torch.tensor(float("inf")))  # one ulp, in the last chunk
+    assert digest(y) != digest(x)
+    assert digest(torch.tensor([0.0])) != digest(torch.tensor([-0.0]))
+    assert digest(torch.tensor([0.0]), canonical=True) == digest(torch.tensor([-0.0]), canonical=True)
+    assert digest([x, 3]) != digest([x, 4]) and digest(x.half()) == digest(x.half().clone())
+
+
+IN_PLACE_REFERENCE = TASK.replace("return x * 2.0", "x.mul_(2.0)\n        return x")
+UNSEEDED_INPUTS = TASK.replace("return [torch.randn(n)]",
+                               "import os\n    return [torch.randn(n) + int.from_bytes(os.urandom(1), 'little')]")
+
+
+def test_a_reference_that_works_in_place_is_checked_on_inputs_of_its_own(cpu_evaluator):
+    result = cpu_evaluator.evaluate("double", IN_PLACE_REFERENCE, candidate())
+    assert result.status is Status.CORRECT, result.reason
+
+
+def test_inputs_that_the_seed_does_not_determine_are_copied_instead(cpu_evaluator):
+    result = cpu_evaluator.evaluate("double", UNSEEDED_INPUTS, candidate())
+    assert result.status is Status.CORRECT, result.reason
+    cheat = candidate("x.add_(1.0)")
+    assert cpu_evaluator.evaluate("double", UNSEEDED_INPUTS, cheat).status is Status.INCORRECT
