@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 
 from evaluator.calls import Failure, call, clone, make_inputs, synchronize
-from evaluator.compare import digest, mismatch
+from evaluator.compare import CHUNK, digest, mismatch
 from evaluator.guards import CandidateMonitor, extra_threads, install_launch_counter, launch_count, timers_tampered
 from evaluator.result import Status
 
@@ -36,7 +36,8 @@ Inputs = Callable[[], list]  # makes one input set, in fresh storage, the same v
 
 def adversarial_variants(make: Inputs) -> list[tuple[str, Inputs]]:
     """Variants of the inputs ``make`` gives (very large, very small, mixed scales, all-equal values),
-    each again a maker: a variant exists only while it is checked."""
+    each again a maker: a variant exists only while it is checked, and is made in place in the fresh
+    inputs (a few GB of input must not become five times that)."""
     probe = make()
     floats = [t for t in probe if isinstance(t, torch.Tensor) and t.is_floating_point()]
     if not floats:
@@ -46,21 +47,31 @@ def adversarial_variants(make: Inputs) -> list[tuple[str, Inputs]]:
 
     def each(transform):
         def variant():
-            return [transform(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+            return [_in_place(t, transform) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
                     for t in make()]
         return variant
 
     def mixed(t):
+        # Chunk by chunk from one seeded stream: the same values on every call, small temporaries.
         generator = torch.Generator(device=t.device).manual_seed(1234)
-        pick = torch.rand(t.shape, generator=generator, device=t.device) < 0.5
-        return torch.where(pick, t * large, t * small).to(t.dtype)
+        flat = t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
+        for chunk in flat.split(CHUNK):
+            pick = torch.rand(chunk.shape, generator=generator, device=t.device) < 0.5
+            chunk.mul_(torch.where(pick, large, small).to(t.dtype))
+        return flat.view(t.shape)  # a non-contiguous input comes back contiguous (its copy)
 
     return [
-        ("very large values", each(lambda t: t * large)),
-        ("very small values", each(lambda t: t * small)),
+        ("very large values", each(lambda t: t.mul_(large))),
+        ("very small values", each(lambda t: t.mul_(small))),
         ("mixed scales", each(mixed)),
-        ("all-equal values", each(lambda t: torch.full_like(t, 0.75))),
+        ("all-equal values", each(lambda t: t.fill_(0.75))),
     ]
+
+
+def _in_place(t: torch.Tensor, transform) -> torch.Tensor:
+    """``transform`` applied in place, to a copy of its layout where ``t`` is not contiguous (an
+    expanded tensor shares memory across elements)."""
+    return transform(t if t.is_contiguous() else t.clone(memory_format=torch.preserve_format))
 
 
 class Verifier:

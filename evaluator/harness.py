@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import itertools
+import re
 import sys
 import time
 from pathlib import Path
@@ -106,12 +107,14 @@ def check_task(request: dict) -> dict:
     except Exception as exc:  # the user's reference: report whatever it raised
         if stage == "reference" and memory.is_out_of_memory(exc):
             total = memory.device_total_mb(device)
-            error = (f"the reference alone ran out of GPU memory ({total / 1024:.0f} GiB device, "
-                     f"{float(request.get('gpu_memory_fraction', 0.9)):.0%} of it usable): "
-                     f"{str(exc).splitlines()[0][:200]}")
+            asked = re.search(r"Tried to allocate [\d.]+ \w+", str(exc))
+            error = (f"the reference alone ran out of GPU memory on a {total / 1024:.0f} GiB device "
+                     f"({float(request.get('gpu_memory_fraction', 0.9)):.0%} of it usable)"
+                     + (f": {asked.group(0).lower()}" if asked else ""))
             return {"ok": False, "stage": "memory", "error": error, "traceback": error_text(exc)}
-        if isinstance(exc, Failure):
-            return {"ok": False, "stage": stage, "error": exc.reason, "traceback": exc.error}
+        if isinstance(exc, Failure):  # from calls.call: "reference: <error>"
+            return {"ok": False, "stage": stage, "error": exc.reason.removeprefix("reference: "),
+                    "traceback": exc.error}
         return {"ok": False, "stage": stage, "error": f"{type(exc).__name__}: {exc}", "traceback": error_text(exc)}
 
 

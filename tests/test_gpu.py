@@ -93,3 +93,32 @@ def test_a_slow_launch_path_is_not_timed_as_kernel_time():
     pair = time_side_by_side(slow_launch, lambda: x.add_(1.0), "cuda", warmup=3, reps=64, budget_s=5.0)
     assert pair.candidate.median_ms < 0.1, pair  # device time of a 1024-element add, not 0.3 ms of host
     assert 0.7 < pair.ratio < 1.4, pair
+
+
+def test_a_reference_that_does_not_fit_the_gpu_is_set_aside_for_memory(gpu_evaluator):
+    task = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x + torch.empty(1 << 40, device=x.device)[:1]  # 4 TiB: no GPU has it
+
+def get_inputs():
+    return [torch.randn(64)]
+
+def get_init_inputs():
+    return []
+'''
+    reply = gpu_evaluator.check_task("oom", task)
+    assert reply["ok"] is False and reply["stage"] == "memory", reply
+    assert "ran out of GPU memory" in reply["error"] and "tried to allocate" in reply["error"]
+
+
+def test_an_evaluation_records_its_memory_peak_beside_the_references(gpu_evaluator, builtin_tasks):
+    task = builtin_tasks["softmax"]
+    result = gpu_evaluator.evaluate(task.name, task.source, task.seeds[0])
+    memory = result.extra["memory"]
+    assert result.status is Status.CORRECT and memory["reference_peak_mb"] > 0
+    assert memory["peak_mb"] >= memory["reference_peak_mb"] and memory["ratio"] <= 3.0, memory
+    assert result.extra["environment"]["torch"] and result.extra["environment"]["gpu"] == result.device
