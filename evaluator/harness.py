@@ -23,7 +23,7 @@ from evaluator.guards import compiled_kernels, timer_identities, timers_tampered
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
 from evaluator import baseline, compile_seed, memory, roofline
-from evaluator.timing import time_interleaved, time_side_by_side
+from evaluator.timing import L2_FLUSH_BYTES, time_interleaved, time_side_by_side
 
 
 def handle(request: dict) -> dict:
@@ -185,6 +185,7 @@ def _evaluate(request: dict, device: str) -> EvalResult:
     checks = Verifier(problem, reference, model, device, timers, request.get("tolerance")).run(
         shapes, list(request["seeds"]))
     phases["checks_s"] = time.monotonic() - began - phases["load_s"]
+    checks_bytes = memory.phase_peak(device)
 
     tampered = timers_tampered(timers)
     if tampered:
@@ -208,7 +209,8 @@ def _evaluate(request: dict, device: str) -> EvalResult:
                           "skips work, or the task's flops/bytes_moved are wrong")
     phases["timing_s"] = time.monotonic() - began - phases["load_s"] - phases["checks_s"]
     extra.update(phases=phases, roofline=measured.pop("roofline"), work=measured.pop("work"))
-    footprint = memory.report(reference_bytes, device)
+    footprint = memory.report(reference_bytes, device, checks_bytes, memory.phase_peak(device),
+                              L2_FLUSH_BYTES if device.startswith("cuda") else 0)
     if footprint:
         extra["memory"] = footprint
     for key in ("compile_baseline_error", "shape_timings"):
