@@ -29,6 +29,9 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from pathlib import Path
+
+from evaluator.reference_source import NotAModel, reference_class
 
 _KERNEL = re.compile(r"^(\w+) = async_compile\.triton\('(\w+)', '''(.*?)''', device_str='cuda'\)",
                      re.DOTALL | re.MULTILINE)
@@ -44,6 +47,10 @@ _DROP = re.compile(r"^\s*(assert_size_stride|assert_alignment)\(|^\s*torch\.cuda
 
 
 _HEADER_IMPORTS = ("import torch", "import torch.nn as nn", "import triton", "import triton.language as tl")
+
+
+# The Triton convolution that replaces inductor's calls into cuDNN, as the text a seed carries.
+_CONV_LIBRARY = Path(__file__).with_name("conv_kernel.py").read_text().split("# --- seed ---\n", 1)[1].strip() + "\n"
 
 
 class NoSeed(Exception):
@@ -157,19 +164,60 @@ def convert_template(index: int, name: str, source: str, fn: ast.FunctionDef) ->
     return "\n".join(constants), "@triton.jit\n" + kernel + "\n", launcher
 
 
-def _wrapper_body(code: str, launchers: dict[str, str]) -> str:
-    """The body of inductor's ``call(args)``, made to run outside inductor."""
+_CONVOLUTION = re.compile(r"^(\s*)(\w+) = extern_kernels\.convolution\((.*)\)\s*$")
+_NOT_TRITON = re.compile(r"\b(extern_kernels\.\w+|aten\.[\w.]+|torch\.ops\.[\w.]+|alloc_from_pool|empty_strided_cpu"
+                         r"|cpp_fused\w*)")
+
+
+def _layout_of(buffer: str, lines: list[str]) -> str:
+    """``, out_size=(...), out_stride=(...)`` from the ``assert_size_stride`` inductor wrote for
+    ``buffer`` after computing it: the layout its consumers index it with."""
+    for line in lines:
+        if line.strip().startswith(f"assert_size_stride({buffer},"):
+            call = ast.parse(line.strip()).body[0].value
+            return f", out_size={ast.unparse(call.args[1])}, out_stride={ast.unparse(call.args[2])}"
+    return ""
+
+
+def replace_convolutions(lines: list[str], first_index: int) -> tuple[list[str], list[str], list[str]]:
+    """Inductor's calls into cuDNN (``bufN = extern_kernels.convolution(x, w, stride=..., ...)``)
+    replaced by launches of the Triton convolution (``evaluator.conv_kernel``): the wrapper's
+    lines, and per call site its tunable constants and launcher (numbered from ``first_index``)."""
+    out, constants, launchers = [], [], []
+    for number, line in enumerate(lines):
+        match = _CONVOLUTION.match(line)
+        if not match:
+            out.append(line)
+            continue
+        indent, buffer, args = match.groups()
+        index = first_index + len(launchers)
+        grouped = not re.search(r"\bgroups=1\b", args)  # few output channels per group: a narrower tile
+        constants.append("\n".join([f"K{index}_BLOCK_M = 64", f"K{index}_BLOCK_N = {16 if grouped else 32}",
+                                    f"K{index}_BLOCK_K = 32", f"K{index}_NUM_WARPS = 4", f"K{index}_NUM_STAGES = 2"]))
+        launchers.append(f"def _launch_{index}(*args, **kwargs):\n"
+                         f"    return _convolution(*args, **kwargs, block_m=K{index}_BLOCK_M, block_n=K{index}_BLOCK_N,"
+                         f" block_k=K{index}_BLOCK_K,\n"
+                         f"                        num_warps=K{index}_NUM_WARPS, num_stages=K{index}_NUM_STAGES)\n")
+        out.append(f"{indent}{buffer} = _launch_{index}({args}{_layout_of(buffer, lines[number + 1:number + 4])})")
+    return out, constants, launchers
+
+
+def _wrapper_body(code: str, launchers: dict[str, str]) -> tuple[str, list[str], list[str]]:
+    """The body of inductor's ``call(args)``, made to run outside inductor, and the tunable
+    constants and launchers of the convolutions it now launches in Triton."""
     tree = ast.parse(code)
     call = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"), None)
     if call is None:
         raise NoSeed("inductor's output has no call(args) wrapper")
     lines = code.splitlines()[call.body[0].lineno - 1:call.end_lineno]
     text = textwrap.dedent("\n".join(line for line in lines if not line.strip().startswith("#")))
-    for word in ("extern_kernels.", "aten.", "torch.ops.", "alloc_from_pool", "empty_strided_cpu", "cpp_fused"):
-        if word in text:
-            raise NoSeed(f"the compiled graph calls {word.rstrip('.(')} code besides Triton kernels")
+    lines, constants, conv_launchers = replace_convolutions(text.splitlines(), len(launchers))
+    for line in lines:
+        found = None if _DROP.match(line) else _NOT_TRITON.search(line)  # asserts name the op they check
+        if found:
+            raise NoSeed(f"the compiled graph calls {found.group(1)} besides Triton kernels")
     out = []
-    for line in text.splitlines():
+    for line in lines:
         if _DROP.match(line):
             continue
         line = re.sub(r"with torch\.cuda\._DeviceGuard\(\d+\):", "if True:", line)
@@ -183,7 +231,7 @@ def _wrapper_body(code: str, launchers: dict[str, str]) -> str:
         elif ".run(" in line:
             raise NoSeed(f"a launch the converter does not understand: {line.strip()[:120]}")
         out.append(line)
-    return "\n".join(out)
+    return "\n".join(out), constants, conv_launchers
 
 
 def _argument(source_name: str, forward_params: list[str]) -> str:
@@ -196,45 +244,24 @@ def _argument(source_name: str, forward_params: list[str]) -> str:
     return expr
 
 
-def reference_class(task_source: str) -> tuple[str, list[str]]:
-    """The task's ``Model`` class source, preceded by the module-level imports and the
-    assignments it uses (``EPS = 1e-6``), and its forward's parameter names."""
-    tree = ast.parse(task_source)
-    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
-    if model is None:
-        raise NoSeed("the task defines no class Model")
-    forward = next((n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
-    if forward is None or forward.args.vararg or forward.args.kwarg:
-        raise NoSeed("Model.forward must take named arguments")
-    used = {n.id for n in ast.walk(model) if isinstance(n, ast.Name)}
-    needed = [ast.get_source_segment(task_source, n) for n in tree.body if n.lineno < model.lineno and (
-        isinstance(n, (ast.Import, ast.ImportFrom)) or isinstance(n, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id in used for t in n.targets))]
-    lines = task_source.splitlines()
-    first = min([forward.lineno, *(d.lineno for d in forward.decorator_list)])
-    # The class without its forward: ModelNew overrides it, and the reference's computation
-    # has no place in a candidate.
-    kept = lines[model.lineno - 1:first - 1] + lines[forward.end_lineno:model.end_lineno]
-    if not any(line.strip() and not line.strip().startswith("#") for line in kept[1:]):
-        kept.append("    pass")
-    context = [line for line in needed if line not in _HEADER_IMPORTS]
-    return "\n".join([*context, "", "", *kept]).strip("\n"), [a.arg for a in forward.args.args[1:]]
-
-
 def seed_from_inductor(code: str, graph_inputs: list[str], task_source: str, *, origin: str = "") -> str:
     """A candidate module (defining ``ModelNew``) from inductor's output and dynamo's graph inputs."""
-    kernels = kernels_of(code)
-    if not kernels:
-        _wrapper_body(code, {})  # says what it calls instead, if it can tell
-        raise NoSeed("torch.compile generated no Triton kernel for this reference")
     constants, definitions, launchers = [], [], {}
-    for index, (name, source) in enumerate(kernels):
+    for index, (name, source) in enumerate(kernels_of(code)):
         consts, kernel, launcher = convert_kernel(index, name, source)
         constants.append(consts)
         definitions.append(kernel + "\n\n" + launcher)
         launchers[name] = f"_launch_{index}"
-    body = _wrapper_body(code, launchers)
-    model_source, forward_params = reference_class(task_source)
+    body, conv_constants, conv_launchers = _wrapper_body(code, launchers)
+    if not definitions and not conv_launchers:
+        raise NoSeed("torch.compile generated no Triton kernel for this reference")
+    if conv_launchers:
+        constants += conv_constants
+        definitions += [_CONV_LIBRARY, *conv_launchers]
+    try:
+        model_source, forward_params = reference_class(task_source, skip_imports=_HEADER_IMPORTS)
+    except NotAModel as exc:
+        raise NoSeed(str(exc)) from exc
     arguments = ", ".join(_argument(s, forward_params) for s in graph_inputs)
     unpacked = re.search(r"^([\w, ]+) = args$", body, re.MULTILINE)
     if unpacked is None or len([a for a in unpacked.group(1).split(",") if a.strip()]) != len(graph_inputs):
@@ -262,7 +289,7 @@ def seed_from_inductor(code: str, graph_inputs: list[str], task_source: str, *, 
         "",
         textwrap.indent(body, "    "),
         "\n",
-        model_source.replace("class Model(", "class _Reference(", 1),
+        model_source,
         "\n",
         "class ModelNew(_Reference):",
         "    # The reference's parameters and initialisation; forward runs the kernels above.",
@@ -273,68 +300,3 @@ def seed_from_inductor(code: str, graph_inputs: list[str], task_source: str, *, 
         "        return outputs[0] if len(outputs) == 1 else outputs",
         "",
     ])
-
-
-def _source_name(node) -> str:
-    grapharg = node.meta.get("grapharg")
-    source = getattr(grapharg, "source", None)
-    if source is None:
-        raise NoSeed(f"dynamo recorded no source for the graph input {node.name}")
-    name = source.name
-    return name() if callable(name) else name
-
-
-def capture(reference, inputs: list) -> tuple[str, list[str]]:
-    """Inductor's output module for ``reference(*inputs)`` compiled with dynamic shapes, and the
-    sources of its graph inputs in dynamo's order (that of the wrapper's ``call(args)``).
-
-    Dynamo may compile more than once (a recompilation, a graph break): a second call
-    shows which graphs really run, and exactly one must.
-    """
-    from unittest import mock
-
-    import torch
-    from torch._inductor.compile_fx import compile_fx
-    from torch._inductor.graph import GraphLowering
-
-    codes: list[str] = []
-    graphs: list[dict] = []
-
-    def backend(gm, example_inputs):
-        first = len(codes)
-        compiled = compile_fx(gm, example_inputs)
-        graph = {"inputs": [_source_name(n) for n in gm.graph.nodes if n.op == "placeholder"],
-                 "codes": codes[first:], "calls": 0}
-        graphs.append(graph)
-
-        def counted(*args):
-            graph["calls"] += 1
-            return compiled(*args)
-        return counted
-
-    import torch._inductor.config as inductor_config
-
-    torch._dynamo.reset()
-    try:
-        import torch.fx.experimental._config as fx_config
-
-        # Without duck sizing, two dimensions of equal size still get separate symbols:
-        # a kernel must not assume rows == cols because the example happened to.
-        fx_config.use_duck_shape = False
-    except (ImportError, AttributeError):
-        pass
-    # A matrix product becomes one of inductor's Triton GEMM templates (the fastest of its
-    # configurations, benchmarked here) rather than a call into cuBLAS.
-    gemm = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON", "autotune_fallback_to_aten": False}
-    compiled = torch.compile(reference, backend=backend, dynamic=True)
-    with torch.no_grad(), mock.patch.object(GraphLowering, "save_output_code", staticmethod(codes.append)), \
-            inductor_config.patch({k: v for k, v in gemm.items() if hasattr(inductor_config, k)}):
-        compiled(*inputs)
-        for graph in graphs:
-            graph["calls"] = 0
-        compiled(*inputs)
-    used = [g for g in graphs if g["calls"]]
-    if len(used) != 1 or len(used[0]["codes"]) != 1:
-        raise NoSeed(f"torch.compile runs the reference as {len(used)} graphs "
-                     f"({len(graphs)} compiled): a seed needs exactly one")
-    return used[0]["codes"][0], used[0]["inputs"]

@@ -22,7 +22,7 @@ from evaluator.correctness import Verifier
 from evaluator.guards import compiled_kernels, timer_identities, timers_tampered, uninstall_launch_counter
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
-from evaluator import baseline, compile_seed, memory, roofline
+from evaluator import baseline, compile_seed, memory, roofline, seed_capture
 from evaluator.timing import L2_FLUSH_BYTES, time_interleaved, time_side_by_side
 
 
@@ -30,6 +30,7 @@ def handle(request: dict) -> dict:
     kind = request.get("kind", "evaluate")
     if request.get("device", "cpu").startswith("cuda") and torch.cuda.is_available():
         torch.cuda.set_per_process_memory_fraction(float(request.get("gpu_memory_fraction", 0.9)))
+        strict_fp32()
     if kind == "check_task":
         return check_task(request)
     if kind == "compile_seed":
@@ -37,6 +38,17 @@ def handle(request: dict) -> dict:
     if kind == "evaluate":
         return evaluate(request).to_dict()
     raise ValueError(f"unknown request kind {kind!r}")
+
+
+def strict_fp32() -> None:
+    """fp32 products in fp32, for references, baselines and candidates alike.
+
+    PyTorch runs fp32 matrix products in full precision by default but convolutions in
+    TF32 (cuDNN), about 5e-4 relative error: a reference computed that way misses the fp32
+    tolerance (1e-4) against any exact kernel.  Off for both, a reference is exact fp32.
+    """
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
 
 def _load_module(source: str, scratch: Path, prefix: str):
@@ -123,19 +135,21 @@ def make_compile_seed(request: dict) -> dict:
     device, scratch = request["device"], Path(request["scratch"])
     if not device.startswith("cuda"):
         return {"ok": False, "error": "seeds from torch.compile need a GPU (inductor generates Triton only for GPUs)"}
+    captured: dict = {}  # inductor's output, kept in the reply whether or not it became a seed
     try:
         problem = _load_module(request["task_source"], scratch, "task")
         reference = _build(problem.Model, problem, device)
         shape = select_shapes(problem, device, request["cpu_max_numel"])[-1]  # no size-1 dims to specialise on
-        code, graph_inputs = compile_seed.capture(reference, make_inputs(problem, shape, 0, device))
+        code, graph_inputs = seed_capture.capture(reference, make_inputs(problem, shape, 0, device))
+        captured = {"inductor_code": code, "graph_inputs": graph_inputs}
         source = compile_seed.seed_from_inductor(code, graph_inputs, request["task_source"],
                                                  origin=f", torch {torch.__version__}")
-        return {"ok": True, "source": source, "graph_inputs": graph_inputs}
+        return {"ok": True, "source": source, **captured}
     except compile_seed.NoSeed as exc:
-        return {"ok": False, "error": str(exc)}
+        return {"ok": False, "error": str(exc), **captured}
     except Exception as exc:  # the compiler or the user's reference
         return {"ok": False, "error": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:500]}",
-                "traceback": error_text(exc)}
+                "traceback": error_text(exc), "out_of_memory": memory.is_out_of_memory(exc), **captured}
 
 
 def evaluate(request: dict) -> EvalResult:

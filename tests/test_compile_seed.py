@@ -169,7 +169,7 @@ def test_the_cpu_evaluator_explains_that_compile_seeds_need_a_gpu(evaluator):
 @pytest.mark.skipif(shutil.which("g++") is None, reason="inductor on the CPU needs a C++ compiler")
 def test_capture_records_the_graph_inputs_in_the_wrappers_order():
     # On the CPU inductor writes C++, not Triton: this checks the capture and the mapping only.
-    from evaluator.compile_seed import capture
+    from evaluator.seed_capture import capture
 
     task = load_tasks("default", names=["rmsnorm"])[0]
     namespace: dict = {}

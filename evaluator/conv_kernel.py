@@ -1,0 +1,154 @@
+"""A Triton convolution for seeds: what inductor leaves to cuDNN (``extern_kernels.convolution``).
+
+Inductor compiles most convolutions to a call into cuDNN, which is no Triton to start a
+search from.  A seed replaces each such call with :func:`_convolution` below, an implicit
+GEMM written once for every variant ``aten.convolution`` has: 1 to 3 spatial dimensions,
+stride, padding, dilation, groups (depthwise included), and transposed convolutions with
+output padding.  Nothing is unfolded in memory: each program gathers its tile of the
+input straight from the input tensor, so the memory use is that of cuDNN (the output).
+
+- Rows of the GEMM are output positions (batch and spatial), columns are the output
+  channels of one group, the reduction runs over the group's input channels times the
+  kernel taps; the third grid axis is the group.
+- A transposed convolution gathers too: output position ``y`` and tap ``k`` read input
+  ``(y + padding - k * dilation) / stride`` where that division is exact, zero elsewhere
+  (no scatter, no atomics: the result is deterministic).
+- fp32 products are exact (``input_precision="ieee"``): the evaluator's references run
+  without TF32, and so does this.
+
+The converter (``evaluator.compile_seed``) copies everything below the ``# --- seed ---``
+line into a seed, so this module is both what runs in tests and the text seeds carry.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# --- seed ---
+
+
+@triton.jit
+def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
+                 C_in, D_in, H_in, W_in, D_out, H_out, W_out, M_total, C_group, O_group, K_total,
+                 sxn, sxc, sxd, sxh, sxw, sw0, sw1, swd, swh, sww, son, soo, sod, soh, sow,
+                 stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+                 KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, TRANSPOSED: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    group = tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask = offs_m < M_total
+    n_mask = offs_n < O_group
+    # output position m = ((n * D_out + od) * H_out + oh) * W_out + ow
+    ow = offs_m % W_out
+    rest = offs_m // W_out
+    oh = rest % H_out
+    rest = rest // H_out
+    od = rest % D_out
+    batch = (rest // D_out).to(tl.int64)
+    x_base = x_ptr + batch * sxn + (group * C_group).to(tl.int64) * sxc
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K_total, BLOCK_K):
+        # reduction index k = ((c * KD + kd) * KH + kh) * KW + kw
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < K_total
+        kw = offs_k % KW
+        rest_k = offs_k // KW
+        kh = rest_k % KH
+        rest_k = rest_k // KH
+        kd = rest_k % KD
+        channel = rest_k // KD
+        if TRANSPOSED:
+            td = od[:, None] + pad_d - kd[None, :] * dil_d
+            th = oh[:, None] + pad_h - kh[None, :] * dil_h
+            tw = ow[:, None] + pad_w - kw[None, :] * dil_w
+            valid = (td >= 0) & (th >= 0) & (tw >= 0)
+            valid = valid & (td % stride_d == 0) & (th % stride_h == 0) & (tw % stride_w == 0)
+            i_d = td // stride_d
+            i_h = th // stride_h
+            i_w = tw // stride_w
+        else:
+            i_d = od[:, None] * stride_d - pad_d + kd[None, :] * dil_d
+            i_h = oh[:, None] * stride_h - pad_h + kh[None, :] * dil_h
+            i_w = ow[:, None] * stride_w - pad_w + kw[None, :] * dil_w
+            valid = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
+        valid = valid & (i_d < D_in) & (i_h < H_in) & (i_w < W_in)
+        x_offsets = (channel[None, :].to(tl.int64) * sxc + i_d.to(tl.int64) * sxd
+                     + i_h.to(tl.int64) * sxh + i_w.to(tl.int64) * sxw)
+        a = tl.load(x_base[:, None] + x_offsets, mask=m_mask[:, None] & k_mask[None, :] & valid, other=0.0)
+        taps = kd[:, None] * swd + kh[:, None] * swh + kw[:, None] * sww
+        if TRANSPOSED:  # weight (C_in, O / groups, *kernel)
+            w_offsets = (group * C_group + channel)[:, None] * sw0 + offs_n[None, :] * sw1 + taps
+        else:  # weight (O, C_in / groups, *kernel)
+            w_offsets = (group * O_group + offs_n)[None, :] * sw0 + channel[:, None] * sw1 + taps
+        b = tl.load(w_ptr + w_offsets, mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+        if IEEE:
+            acc += tl.dot(a, b, input_precision="ieee")
+        else:
+            acc += tl.dot(a, b)
+    channels = group * O_group + offs_n
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + channels, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    out_offsets = (batch[:, None] * son + channels[None, :].to(tl.int64) * soo + od[:, None].to(tl.int64) * sod
+                   + oh[:, None].to(tl.int64) * soh + ow[:, None].to(tl.int64) * sow)
+    tl.store(out_ptr + out_offsets, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+
+
+def _spatial3(values, fill):
+    """A per-spatial-dimension list (1 to 3 entries) as depth, height, width."""
+    values = list(values)
+    return [fill] * (3 - len(values)) + values
+
+
+def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,), transposed=False,
+                 output_padding=(0,), groups=1, *, out_size=None, out_stride=None,
+                 block_m=64, block_n=32, block_k=32, num_warps=4, num_stages=2):
+    """``aten.convolution`` in Triton; the output gets ``out_size``/``out_stride`` where the
+    compiled graph expects a particular layout, else it is contiguous."""
+    dims = x.dim() - 2
+    kernel = list(weight.shape[2:])
+    stride, padding, dilation, output_padding = (
+        [int(v) for v in (p if len(p) == dims else list(p) * dims)]
+        for p in (stride, padding, dilation, output_padding))
+    batch, c_in = x.shape[0], x.shape[1]
+    if transposed:
+        out_channels = weight.shape[1] * groups
+        spatial = [(n - 1) * s - 2 * p + d * (k - 1) + op + 1 for n, s, p, d, k, op
+                   in zip(x.shape[2:], stride, padding, dilation, kernel, output_padding)]
+    else:
+        out_channels = weight.shape[0]
+        spatial = [(n + 2 * p - d * (k - 1) - 1) // s + 1 for n, s, p, d, k
+                   in zip(x.shape[2:], stride, padding, dilation, kernel)]
+    size = [batch, out_channels, *spatial]
+    if out_size is None:
+        out = torch.empty(size, dtype=x.dtype, device=x.device)
+    else:
+        out = torch.empty_strided(tuple(out_size), tuple(out_stride), dtype=x.dtype, device=x.device)
+    c_group, o_group = c_in // groups, out_channels // groups
+    k_total = c_group * _count(kernel)
+    m_total = batch * _count(spatial)
+    if out.numel() == 0:
+        return out
+    grid = (triton.cdiv(m_total, block_m), triton.cdiv(o_group, block_n), groups)
+    _conv_kernel[grid](
+        x, weight, bias if bias is not None else x, out,
+        c_in, *_spatial3(x.shape[2:], 1), *_spatial3(spatial, 1), m_total, c_group, o_group, k_total,
+        x.stride(0), x.stride(1), *_spatial3(x.stride()[2:], 0),
+        weight.stride(0), weight.stride(1), *_spatial3(weight.stride()[2:], 0),
+        out.stride(0), out.stride(1), *_spatial3(out.stride()[2:], 0),
+        *_spatial3(stride, 1), *_spatial3(padding, 0), *_spatial3(dilation, 1),
+        KD=_spatial3(kernel, 1)[0], KH=_spatial3(kernel, 1)[1], KW=_spatial3(kernel, 1)[2],
+        TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages)
+    return out
+
+
+def _count(sizes) -> int:
+    count = 1
+    for size in sizes:
+        count *= int(size)
+    return count

@@ -1,0 +1,278 @@
+"""Seeds from torch.compile for whole folders of KernelBench problem files, derived and evaluated.
+
+    python3 experiments/kernelbench_seeds.py ../.kb/level1 ../.kb/level2 --out $OUT/kb \\
+        [--workers 16] [--check-workers 4] [--derive-only] [--seeds-from OLD.json] [--only REGEX]
+
+1. Derive: ``--workers`` sandbox workers derive the seeds side by side on the GPU
+   (``evaluator.seeding.derive_seeds``); a problem's GPU footprint is estimated first
+   (inputs and weights on the meta device, times three) so that big problems do not run
+   together.  ``--seeds-from`` takes the seeds of an earlier run's JSON instead.
+2. Check (``--check-workers K`` > 0): every seed is checked for correctness by K evaluators
+   at once, with the same footprint budget, without the torch.compile baseline and with one
+   timing repetition (these timings are not reported: the GPU is shared).
+3. Time: one evaluator, one seed at a time, evaluates every seed that passed the check (or
+   every seed, without a check) with the engine's procedure: staged checks, then timing
+   interleaved with the eager reference and the live torch.compile baseline, here with
+   ``--reps`` repetitions and ``--budget-s`` seconds at most per timing (the engine's
+   default is 100 and 2.0).  ``--deadline`` stops starting evaluations after so many
+   seconds from the start; the rest are listed as not timed.
+
+Writes ``kernelbench_seeds.json`` (after every problem) and ``kernelbench_seeds.md`` under
+``--out``; with ``--captures``, ``captures.tar.gz`` holds inductor's output and the seed of
+every problem.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import re
+import statistics
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from evaluator import Evaluator, EvaluatorSettings
+from evaluator.evaluator import TimingSettings
+from evaluator.seeding import MemoryAdmission, SeedJob, derive_seeds
+
+_EVAL_FIELDS = ("status", "reason", "speedup", "speedup_vs_compiled", "runtime_ms", "ref_runtime_ms",
+                "compiled_runtime_ms", "wall_s", "device")
+
+
+def footprint_gb(path: Path) -> float:
+    """Three times the bytes of a problem's inputs and weights (meta tensors: nothing allocated),
+    a rough bound on what its reference holds on the GPU; 0 where that cannot be told."""
+    import torch
+
+    try:
+        spec = importlib.util.spec_from_file_location(f"kb_{abs(hash(path))}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        with torch.device("meta"):
+            inputs = module.get_inputs()
+            model = module.Model(*module.get_init_inputs())
+        size = sum(t.numel() * t.element_size() for t in [*inputs, *model.parameters(), *model.buffers()]
+                   if isinstance(t, torch.Tensor))
+        return 3 * size / 1e9
+    except Exception:  # the evaluation will say what is wrong with it
+        return 0.0
+
+
+def problems(folders: list[str], only: str | None) -> list[dict]:
+    found = []
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*.py"), key=lambda p: (len(p.stem.split("_")[0]), p.stem)):
+            name = f"{Path(folder).name}/{path.stem}"
+            if only and not re.search(only, name):
+                continue
+            found.append({"name": name, "level": Path(folder).name, "path": str(path),
+                          "source": path.read_text(), "footprint_gb": round(footprint_gb(path), 2)})
+    return found
+
+
+class Results:
+    """Per-problem records, written to JSON after every change."""
+
+    def __init__(self, out: Path, rows: list[dict], meta: dict):
+        self.out, self.rows, self.meta, self.lock = out, {r["name"]: r for r in rows}, meta, threading.RLock()
+
+    def update(self, name: str, **fields) -> None:
+        with self.lock:
+            self.rows[name].update(fields)
+            self.save()
+
+    def save(self) -> None:
+        with self.lock:
+            data = {"meta": self.meta, "problems": [{k: v for k, v in r.items() if k != "source"}
+                                                    for r in self.rows.values()]}
+            (self.out / "kernelbench_seeds.json").write_text(json.dumps(data, indent=1))
+
+
+def _eval_record(result) -> dict:
+    record = {k: getattr(result, k) for k in _EVAL_FIELDS}
+    record["status"] = result.status.value
+    record["reason"] = (result.reason or "")[:400]
+    for key in ("memory", "compile_baseline_error", "phases"):
+        if key in result.extra:
+            record[key] = result.extra[key]
+    return record
+
+
+def check_all(rows: list[dict], settings: EvaluatorSettings, workers: int, budget_gb: float,
+              results: Results) -> None:
+    """Correctness of every derived seed, ``workers`` evaluations at once within the memory budget."""
+    jobs = [SeedJob(r["name"], r["source"], r["footprint_gb"]) for r in rows if r.get("seed")]
+    seeds = {r["name"]: r["seed"] for r in rows}
+    admission = MemoryAdmission(jobs, budget_gb)
+
+    def work() -> None:
+        evaluator = Evaluator(settings, "cuda", 0)
+        try:
+            while (job := admission.take()) is not None:
+                try:
+                    result = evaluator.evaluate(job.name, job.source, seeds[job.name])
+                finally:
+                    admission.done(job)
+                results.update(job.name, check=_eval_record(result))
+                print(f"check {job.name}: {result.status.value} {result.reason[:100]}", flush=True)
+        finally:
+            evaluator.close()
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, min(workers, len(jobs))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def time_all(rows: list[dict], settings: EvaluatorSettings, deadline: float, results: Results) -> None:
+    evaluator = Evaluator(settings, "cuda", 0)
+    try:
+        for row in rows:
+            if not row.get("seed") or row.get("check", {}).get("status", "correct") != "correct":
+                continue
+            if time.monotonic() > deadline:
+                results.update(row["name"], eval={"status": "not timed", "reason": "deadline"})
+                continue
+            result = evaluator.evaluate(row["name"], row["source"], row["seed"])
+            results.update(row["name"], eval=_eval_record(result))
+            print(f"time {row['name']}: {result.status.value} speedup={result.speedup} "
+                  f"vs_compiled={result.speedup_vs_compiled} wall={result.wall_s:.1f}s", flush=True)
+    finally:
+        evaluator.close()
+
+
+def outcome(row: dict) -> tuple[str, str]:
+    """(seed status, reason) of one problem: no seed, or the timed evaluation's or the check's verdict."""
+    if not row.get("seed"):
+        return "no seed", row.get("derive", {}).get("error", "not derived")
+    for key in ("eval", "check"):
+        record = row.get(key)
+        if record and record["status"] != "not timed":
+            return record["status"], record.get("reason", "") if record["status"] != "correct" else ""
+    return "derived", ""
+
+
+def _ratio(value) -> str:
+    return f"{value:.3f}x" if value else "-"
+
+
+def _memory(record: dict | None) -> str:
+    memory = (record or {}).get("memory") or {}
+    if "peak_mb" in memory and "reference_peak_mb" in memory:
+        return f"{memory['peak_mb']:.0f} / {memory['reference_peak_mb']:.0f}"
+    return "-"
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = [f"Device: {meta.get('device', '?')}; torch {meta.get('torch')}, triton {meta.get('triton')}; "
+             f"command: `{meta['command']}`", ""]
+    levels = sorted({r["level"] for r in rows})
+    lines += ["| level | problems | seed derived | seed correct | median speedup (eager) | "
+              "median vs torch.compile |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for level in levels:
+        mine = [r for r in rows if r["level"] == level]
+        derived = sum(1 for r in mine if r.get("seed"))
+        correct = sum(1 for r in mine if outcome(r)[0] == "correct")
+        speedups = [r["eval"]["speedup"] for r in mine if (r.get("eval") or {}).get("speedup")]
+        versus = [r["eval"]["speedup_vs_compiled"] for r in mine if (r.get("eval") or {}).get("speedup_vs_compiled")]
+        lines.append(f"| {level} | {len(mine)} | {derived} | {correct} ({100 * correct / len(mine):.0f}%) | "
+                     f"{_ratio(statistics.median(speedups)) if speedups else '-'} | "
+                     f"{_ratio(statistics.median(versus)) if versus else '-'} |")
+    for level in levels:
+        lines += ["", f"## {level}", "", "| problem | seed | speedup | vs compile | peak MB seed / ref | "
+                  "derive s | eval s | reason |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for r in (r for r in rows if r["level"] == level):
+            status, reason = outcome(r)
+            ev = r.get("eval") or {}
+            lines.append(f"| {r['name'].split('/', 1)[1]} | {status} | {_ratio(ev.get('speedup'))} | "
+                         f"{_ratio(ev.get('speedup_vs_compiled'))} | {_memory(ev or r.get('check'))} | "
+                         f"{r.get('derive', {}).get('seconds', '-')} | "
+                         f"{ev.get('wall_s') and round(ev['wall_s'], 1) or '-'} | "
+                         f"{reason[:160].replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_captures(out: Path, captures: dict[str, dict]) -> None:
+    with tarfile.open(out / "captures.tar.gz", "w:gz") as tar:
+        for name, reply in captures.items():
+            for suffix, text in (("inductor.py.txt", reply.get("inductor_code")), ("seed.py", reply.get("source")),
+                                 ("graph_inputs.json", json.dumps(reply.get("graph_inputs")))):
+                if text:
+                    data = text.encode()
+                    info = tarfile.TarInfo(f"{name}.{suffix}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--workers", type=int, default=16, help="sandbox workers deriving seeds side by side")
+    parser.add_argument("--check-workers", type=int, default=0, help="evaluators checking correctness side by side")
+    parser.add_argument("--budget-gb", type=float, default=48.0, help="footprint estimates running at once")
+    parser.add_argument("--derive-only", action="store_true")
+    parser.add_argument("--seeds-from", help="a JSON of an earlier run: its seeds, not derived again")
+    parser.add_argument("--only", help="a regular expression on level/problem names")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--budget-s", type=float, default=0.5)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--deadline", type=float, default=float("inf"), help="seconds from the start")
+    parser.add_argument("--captures", action="store_true", help="inductor's output and the seeds, as a tarball")
+    args = parser.parse_args()
+    began = time.monotonic()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import torch
+    import triton
+
+    meta = {"command": " ".join(["python3", *sys.argv]), "torch": torch.__version__, "triton": triton.__version__,
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+            "reps": args.reps, "budget_s": args.budget_s}
+    rows = problems(args.folders, args.only)
+    results = Results(out, rows, meta)
+    cache = tempfile.mkdtemp(prefix="kb-triton-cache-")  # shared: the check compiles, the timing reuses
+    settings = EvaluatorSettings(device="cuda", timeout_s=args.timeout, cache_dir=cache,
+                                 timing=TimingSettings(warmup=2, warmup_s=0.1, reps=args.reps, budget_s=args.budget_s))
+    if args.seeds_from:
+        earlier = {p["name"]: p for p in json.loads(Path(args.seeds_from).read_text())["problems"]}
+        for row in rows:
+            old = earlier.get(row["name"], {})
+            results.update(row["name"], seed=old.get("seed"), derive=old.get("derive", {"error": "not in --seeds-from"}))
+    else:
+        captures = {}
+
+        def on_reply(name: str, reply: dict) -> None:
+            captures[name] = reply
+            results.update(name, seed=reply.get("source"), derive={
+                "ok": bool(reply.get("ok")), "error": (reply.get("error") or "")[:400], "seconds": reply.get("seconds")})
+            print(f"derive {name}: {'ok' if reply.get('ok') else reply.get('error', '')[:120]} "
+                  f"({reply.get('seconds')} s)", flush=True)
+
+        derive_settings = EvaluatorSettings(device="cuda", timeout_s=args.timeout, cache_dir=cache)
+        derive_seeds([SeedJob(r["name"], r["source"], r["footprint_gb"]) for r in rows], settings=derive_settings,
+                     workers=args.workers, cuda_index=0, budget_gb=args.budget_gb, on_reply=on_reply)
+        meta["derive_s"] = round(time.monotonic() - began, 1)
+        if args.captures:
+            write_captures(out, captures)
+    if not args.derive_only:
+        if args.check_workers:
+            quick = EvaluatorSettings(device="cuda", timeout_s=args.timeout, cache_dir=cache, compile_baseline=False,
+                                      timing=TimingSettings(warmup=0, reps=1, budget_s=0.0))
+            check_all(list(results.rows.values()), quick, args.check_workers, args.budget_gb, results)
+            meta["check_s"] = round(time.monotonic() - began, 1)
+        time_all(list(results.rows.values()), settings, began + args.deadline, results)
+    meta["total_s"] = round(time.monotonic() - began, 1)
+    results.save()
+    (out / "kernelbench_seeds.md").write_text(markdown(list(results.rows.values()), meta))
+    print((out / "kernelbench_seeds.md").read_text().split("\n## ")[0])
+
+
+if __name__ == "__main__":
+    main()
