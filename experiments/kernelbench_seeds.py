@@ -18,16 +18,16 @@
    seconds from the start; the rest are listed as not timed.
 
 Writes ``kernelbench_seeds.json`` (after every problem) and ``kernelbench_seeds.md`` under
-``--out``; with ``--captures``, ``captures.tar.gz`` holds inductor's output and the seed of
-every problem.
+``--out``; with ``--captures``, ``captures/`` (``captures.tar.gz`` once the derivation ends)
+holds inductor's output, the graph inputs and the seed of every problem.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import io
 import json
 import re
+import shutil
 import statistics
 import sys
 import tarfile
@@ -198,16 +198,22 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_captures(out: Path, captures: dict[str, dict]) -> None:
-    with tarfile.open(out / "captures.tar.gz", "w:gz") as tar:
-        for name, reply in captures.items():
-            for suffix, text in (("inductor.py.txt", reply.get("inductor_code")), ("seed.py", reply.get("source")),
-                                 ("graph_inputs.json", json.dumps(reply.get("graph_inputs")))):
-                if text:
-                    data = text.encode()
-                    info = tarfile.TarInfo(f"{name}.{suffix}")
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
+def keep_capture(folder: Path, name: str, reply: dict) -> None:
+    """Inductor's output, dynamo's graph inputs and the seed of one problem, as files."""
+    folder.mkdir(exist_ok=True)
+    stem = name.replace("/", "__")
+    for suffix, text in (("inductor.py.txt", reply.get("inductor_code")), ("seed.py", reply.get("source")),
+                         ("graph_inputs.json", json.dumps(reply.get("graph_inputs")))):
+        if text:
+            (folder / f"{stem}.{suffix}").write_text(text)
+
+
+def pack(folder: Path) -> None:
+    """The captures as one tarball (the folder goes)."""
+    if folder.is_dir():
+        with tarfile.open(folder.with_suffix(".tar.gz"), "w:gz") as tar:
+            tar.add(folder, arcname=folder.name)
+        shutil.rmtree(folder)
 
 
 def main() -> None:
@@ -246,10 +252,9 @@ def main() -> None:
             old = earlier.get(row["name"], {})
             results.update(row["name"], seed=old.get("seed"), derive=old.get("derive", {"error": "not in --seeds-from"}))
     else:
-        captures = {}
-
         def on_reply(name: str, reply: dict) -> None:
-            captures[name] = reply
+            if args.captures:
+                keep_capture(out / "captures", name, reply)
             results.update(name, seed=reply.get("source"), derive={
                 "ok": bool(reply.get("ok")), "error": (reply.get("error") or "")[:400], "seconds": reply.get("seconds")})
             print(f"derive {name}: {'ok' if reply.get('ok') else reply.get('error', '')[:120]} "
@@ -259,8 +264,7 @@ def main() -> None:
         derive_seeds([SeedJob(r["name"], r["source"], r["footprint_gb"]) for r in rows], settings=derive_settings,
                      workers=args.workers, cuda_index=0, budget_gb=args.budget_gb, on_reply=on_reply)
         meta["derive_s"] = round(time.monotonic() - began, 1)
-        if args.captures:
-            write_captures(out, captures)
+        pack(out / "captures")
     if not args.derive_only:
         if args.check_workers:
             quick = EvaluatorSettings(device="cuda", timeout_s=args.timeout, cache_dir=cache, compile_baseline=False,
