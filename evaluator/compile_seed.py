@@ -71,14 +71,35 @@ def _signature(fn: ast.FunctionDef) -> tuple[list[str], list[str]]:
     return runtime, constexpr
 
 
+def _heuristic(fn: ast.FunctionDef) -> str | None:
+    """The kind of inductor kernel ``fn`` is (``pointwise``, ``reduction``, ``template``, ...)."""
+    return next((ast.unparse(d.func).rsplit(".", 1)[-1] for d in fn.decorator_list
+                 if isinstance(d, ast.Call) and "triton_heuristics" in ast.unparse(d.func)), None)
+
+
 def convert_kernel(index: int, name: str, source: str) -> tuple[str, str, str]:
-    """(tunable constants, plain ``@triton.jit`` kernel, launcher) for one generated kernel."""
+    """(tunable constants, plain ``@triton.jit`` kernel, launcher) for one generated kernel.
+
+    Other ``@triton.jit`` functions in its source (the combine function of a scan) come
+    along, renamed for this kernel: another kernel's helper may share the name."""
     tree = ast.parse(source)
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
+    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    fn = next((f for f in functions if _heuristic(f)), functions[-1] if functions else None)
     if fn is None:
         raise NoSeed(f"kernel {name}: no function in its source")
-    kind = next((ast.unparse(d.func).rsplit(".", 1)[-1] for d in fn.decorator_list
-                 if isinstance(d, ast.Call) and "triton_heuristics" in ast.unparse(d.func)), "pointwise")
+    helpers = [f for f in functions if f is not fn]
+    if not helpers:
+        return _convert_main(index, name, source, fn)
+    for helper in helpers:  # identifiers only: line numbers stay as parsed
+        source = re.sub(rf"\b{helper.name}\b", f"_k{index}{helper.name}", source)
+    lines = source.splitlines()
+    texts = ["\n".join(lines[min([h.lineno, *(d.lineno for d in h.decorator_list)]) - 1:h.end_lineno]) for h in helpers]
+    constants, kernel, launcher = _convert_main(index, name, source, ast.parse(source).body[tree.body.index(fn)])
+    return constants, "\n\n\n".join([*texts, kernel]), launcher
+
+
+def _convert_main(index: int, name: str, source: str, fn: ast.FunctionDef) -> tuple[str, str, str]:
+    kind = _heuristic(fn) or "pointwise"
     if kind == "template":
         return convert_template(index, name, source, fn)
     if kind not in _DEFAULTS:

@@ -11,11 +11,14 @@ with dynamic shapes, and inductor is steered away from what a seed cannot use:
   layout (no layout optimisation), which that replacement writes;
 - max pooling over windows larger than inductor's limit (25 elements: a 3x3x3 pool) is
   still lowered to Triton instead of falling back to aten;
+- average pooling over large windows with a stride other than the window (where inductor
+  falls back to aten) becomes a sum of strided slices, which inductor fuses into one kernel;
 - attention runs as its math (matrix products and a softmax), never as a fused
   flash/efficient-attention library kernel, and inductor's pattern matcher does not fold
   that math back into one.
 
-Every switch is applied only where this torch version has it.
+Warnings the reference raises while traced (``warnings.warn``, which dynamo cannot trace:
+a graph break) are silenced.  Every switch is applied only where this torch version has it.
 """
 from __future__ import annotations
 
@@ -37,6 +40,50 @@ def _source_name(node) -> str:
         raise NoSeed(f"dynamo recorded no source for the graph input {node.name}")
     name = source.name
     return name() if callable(name) else name
+
+
+def _avg_pool_by_slices(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                        divisor_override=None):
+    """``aten.avg_pool{2,3}d`` as the mean of the window's strided slices of the padded input."""
+    import itertools
+
+    import torch
+
+    dims = len(kernel_size)
+    stride = list(stride) or list(kernel_size)
+    padding = list(padding) if isinstance(padding, (list, tuple)) else [padding]
+    stride, padding = (v * dims if len(v) == 1 else v for v in (stride, padding))
+    window = 1
+    for k in kernel_size:
+        window *= k
+    if window <= 25 or list(kernel_size) == stride:  # inductor lowers these to Triton itself
+        return NotImplemented
+    if ceil_mode or (not count_include_pad and any(padding)) or x.dim() < dims + 1:
+        return NotImplemented
+    pads = [p for pad in reversed(padding) for p in (pad, pad)]
+    padded = torch.constant_pad_nd(x, pads, 0.0) if any(padding) else x
+    sizes = [(n + 2 * p - k) // s + 1 for n, p, k, s in zip(x.shape[-dims:], padding, kernel_size, stride)]
+    total = None
+    for taps in itertools.product(*(range(k) for k in kernel_size)):
+        part = padded
+        for axis, (tap, size, step) in enumerate(zip(taps, sizes, stride)):
+            dim = padded.dim() - dims + axis
+            part = torch.ops.aten.slice(part, dim, tap, tap + step * (size - 1) + 1, step)
+        total = part if total is None else total + part
+    return total / (divisor_override or window)
+
+
+def _decompositions() -> dict:
+    import torch
+    from torch._inductor.decomposition import select_decomp_table
+
+    aten = torch.ops.aten
+    return {**select_decomp_table(), aten.avg_pool2d.default: _avg_pool_by_slices,
+            aten.avg_pool3d.default: _avg_pool_by_slices}
+
+
+def _silent(*args, **kwargs) -> None:
+    return None
 
 
 @contextlib.contextmanager
@@ -65,6 +112,7 @@ def _lowering_switches():
             stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
         except ImportError:
             pass
+        stack.enter_context(mock.patch("warnings.warn", _silent))
         stack.enter_context(torch.no_grad())
         yield
 
@@ -82,10 +130,11 @@ def capture(reference, inputs: list) -> tuple[str, list[str]]:
 
     codes: list[str] = []
     graphs: list[dict] = []
+    decompositions = _decompositions()
 
     def backend(gm, example_inputs):
         first = len(codes)
-        compiled = compile_fx(gm, example_inputs)
+        compiled = compile_fx(gm, example_inputs, decompositions=decompositions)
         graph = {"inputs": [_source_name(n) for n in gm.graph.nodes if n.op == "placeholder"],
                  "codes": codes[first:], "calls": 0}
         graphs.append(graph)

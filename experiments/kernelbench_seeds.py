@@ -45,8 +45,8 @@ _EVAL_FIELDS = ("status", "reason", "speedup", "speedup_vs_compiled", "runtime_m
 
 
 def footprint_gb(path: Path) -> float:
-    """Three times the bytes of a problem's inputs and weights (meta tensors: nothing allocated),
-    a rough bound on what its reference holds on the GPU; 0 where that cannot be told."""
+    """Twice the bytes of a problem's inputs and weights (meta tensors: nothing allocated), about
+    what deriving its seed holds on the GPU; 0 where that cannot be told."""
     import torch
 
     try:
@@ -58,7 +58,7 @@ def footprint_gb(path: Path) -> float:
             model = module.Model(*module.get_init_inputs())
         size = sum(t.numel() * t.element_size() for t in [*inputs, *model.parameters(), *model.buffers()]
                    if isinstance(t, torch.Tensor))
-        return 3 * size / 1e9
+        return 2 * size / 1e9
     except Exception:  # the evaluation will say what is wrong with it
         return 0.0
 
@@ -106,11 +106,13 @@ def _eval_record(result) -> dict:
 def check_all(rows: list[dict], settings: EvaluatorSettings, workers: int, budget_gb: float,
               results: Results) -> None:
     """Correctness of every derived seed, ``workers`` evaluations at once within the memory budget."""
-    jobs = [SeedJob(r["name"], r["source"], r["footprint_gb"]) for r in rows if r.get("seed")]
+    # An evaluation holds its inputs several times over (clones, both models' outputs, the
+    # comparison in float64): three times a derivation's footprint.
+    jobs = [SeedJob(r["name"], r["source"], 3 * r["footprint_gb"]) for r in rows if r.get("seed")]
     seeds = {r["name"]: r["seed"] for r in rows}
-    admission = MemoryAdmission(jobs, budget_gb)
+    again: list[SeedJob] = []
 
-    def work() -> None:
+    def work(admission: MemoryAdmission, last_try: bool) -> None:
         evaluator = Evaluator(settings, "cuda", 0)
         try:
             while (job := admission.take()) is not None:
@@ -118,16 +120,23 @@ def check_all(rows: list[dict], settings: EvaluatorSettings, workers: int, budge
                     result = evaluator.evaluate(job.name, job.source, seeds[job.name])
                 finally:
                     admission.done(job)
+                if "out of memory" in result.reason.lower() and not last_try:
+                    again.append(job)  # another evaluation may have held the memory: alone, later
+                    continue
                 results.update(job.name, check=_eval_record(result))
                 print(f"check {job.name}: {result.status.value} {result.reason[:100]}", flush=True)
         finally:
             evaluator.close()
 
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, min(workers, len(jobs))))]
+    admission = MemoryAdmission(jobs, budget_gb)
+    threads = [threading.Thread(target=work, args=(admission, False), daemon=True)
+               for _ in range(max(1, min(workers, len(jobs))))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    if again:
+        work(MemoryAdmission(again, 0.0), True)
 
 
 def time_all(rows: list[dict], settings: EvaluatorSettings, deadline: float, results: Results) -> None:
@@ -222,7 +231,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--workers", type=int, default=16, help="sandbox workers deriving seeds side by side")
     parser.add_argument("--check-workers", type=int, default=0, help="evaluators checking correctness side by side")
-    parser.add_argument("--budget-gb", type=float, default=48.0, help="footprint estimates running at once")
+    parser.add_argument("--budget-gb", type=float, default=60.0, help="footprint estimates running at once")
     parser.add_argument("--derive-only", action="store_true")
     parser.add_argument("--seeds-from", help="a JSON of an earlier run: its seeds, not derived again")
     parser.add_argument("--only", help="a regular expression on level/problem names")
@@ -256,7 +265,8 @@ def main() -> None:
             if args.captures:
                 keep_capture(out / "captures", name, reply)
             results.update(name, seed=reply.get("source"), derive={
-                "ok": bool(reply.get("ok")), "error": (reply.get("error") or "")[:400], "seconds": reply.get("seconds")})
+                "ok": bool(reply.get("ok")), "error": (reply.get("error") or "")[:400], "seconds": reply.get("seconds"),
+                "traceback": (reply.get("traceback") or "")[-2000:]})
             print(f"derive {name}: {'ok' if reply.get('ok') else reply.get('error', '')[:120]} "
                   f"({reply.get('seconds')} s)", flush=True)
 
