@@ -3,6 +3,8 @@
 Runs in the sandbox on a GPU (the reference is the user's code).  The reference is compiled
 with dynamic shapes, and inductor is steered away from what a seed cannot use:
 
+- inductor's analysis of memory coalescing, which fails on some reductions with dynamic
+  shapes, is off, and so is its benchmarking of pointwise configurations (a seed has its own);
 - matrix products become inductor's Triton GEMM templates (max-autotune over Triton
   configurations only) rather than cuBLAS calls;
 - convolutions stay ``extern_kernels.convolution`` calls (no autotuning between cuDNN and
@@ -30,7 +32,20 @@ from evaluator.compile_seed import NoSeed
 _INDUCTOR_CONFIG = {
     "max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON", "autotune_fallback_to_aten": False,
     "max_autotune_conv_backends": "ATEN", "layout_optimization": False, "force_layout_optimization": False,
+    # The seed drops inductor's per-kernel autotuning anyway: no time spent benchmarking configs.
+    "triton.autotune_pointwise": False,
+    # Its analysis fails an assertion on some reductions with dynamic shapes (torch 2.11: a
+    # convolution, then a logsumexp over channels); it only picks tile shapes.
+    "triton.coalesce_tiling_analysis": False,
 }
+
+
+def _known(config, key: str) -> bool:
+    """Whether inductor's config has ``key`` (dotted for sub-configs) in this torch version."""
+    *parents, name = key.split(".")
+    for parent in parents:
+        config = getattr(config, parent, None)
+    return config is not None and hasattr(config, name)
 
 
 def _source_name(node) -> str:
@@ -95,7 +110,7 @@ def _lowering_switches():
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(inductor_config.patch(
-            {k: v for k, v in _INDUCTOR_CONFIG.items() if hasattr(inductor_config, k)}))
+            {k: v for k, v in _INDUCTOR_CONFIG.items() if _known(inductor_config, k)}))
         if hasattr(lowering, "should_fallback_max_pool_with_indices"):
             stack.enter_context(mock.patch.object(lowering, "should_fallback_max_pool_with_indices",
                                                   lambda *args, **kwargs: False))

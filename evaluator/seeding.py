@@ -57,9 +57,12 @@ class MemoryAdmission:
 
 def derive_seeds(jobs: Sequence[SeedJob], *, settings: EvaluatorSettings, workers: int = 4,
                  cuda_index: int | None = None, budget_gb: float = 48.0,
-                 on_reply: Callable[[str, dict], None] | None = None) -> dict[str, dict]:
+                 on_reply: Callable[[str, dict], None] | None = None,
+                 make_evaluator: Callable[[], Evaluator] | None = None) -> dict[str, dict]:
     """``{task name: Evaluator.compile_seed's reply}`` for every job, each reply with the
-    derivation's wall time (``seconds``); ``workers`` sandbox workers derive side by side."""
+    derivation's wall time (``seconds``); ``workers`` sandbox workers derive side by side
+    (``make_evaluator`` builds each one's evaluator: by default on GPU ``cuda_index``).
+    ``on_reply`` hears of every reply as it comes."""
     if workers < 1:
         raise ValueError("derive_seeds needs at least one worker")
     names = [j.name for j in jobs]
@@ -81,7 +84,7 @@ def derive_seeds(jobs: Sequence[SeedJob], *, settings: EvaluatorSettings, worker
             on_reply(job.name, reply)
 
     def work(admission: MemoryAdmission, last_try: bool) -> None:
-        evaluator = Evaluator(settings, "cuda", cuda_index)
+        evaluator = make_evaluator() if make_evaluator else Evaluator(settings, "cuda", cuda_index)
         try:
             while (job := admission.take()) is not None:
                 try:

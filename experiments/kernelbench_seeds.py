@@ -1,12 +1,14 @@
 """Seeds from torch.compile for whole folders of KernelBench problem files, derived and evaluated.
 
     python3 experiments/kernelbench_seeds.py ../.kb/level1 ../.kb/level2 --out $OUT/kb \\
-        [--workers 16] [--check-workers 4] [--derive-only] [--seeds-from OLD.json] [--only REGEX]
+        [--workers 16] [--check-workers 4] [--derive-only] [--seeds-from A.json B.json] [--only REGEX]
 
 1. Derive: ``--workers`` sandbox workers derive the seeds side by side on the GPU
    (``evaluator.seeding.derive_seeds``); a problem's GPU footprint is estimated first
    (inputs and weights on the meta device, times three) so that big problems do not run
-   together.  ``--seeds-from`` takes the seeds of an earlier run's JSON instead.
+   together.  ``--seeds-from`` takes the seeds of earlier runs' JSON instead (a later file's
+   derivation of a problem replaces an earlier one's), with their checks and evaluations:
+   what was checked or timed already is not done again.
 2. Check (``--check-workers K`` > 0): every seed is checked for correctness by K evaluators
    at once, with the same footprint budget, without the torch.compile baseline and with one
    timing repetition (these timings are not reported: the GPU is shared).
@@ -108,7 +110,7 @@ def check_all(rows: list[dict], settings: EvaluatorSettings, workers: int, budge
     """Correctness of every derived seed, ``workers`` evaluations at once within the memory budget."""
     # An evaluation holds its inputs several times over (clones, both models' outputs, the
     # comparison in float64): three times a derivation's footprint.
-    jobs = [SeedJob(r["name"], r["source"], 3 * r["footprint_gb"]) for r in rows if r.get("seed")]
+    jobs = [SeedJob(r["name"], r["source"], 3 * r["footprint_gb"]) for r in rows if r.get("seed") and "check" not in r]
     seeds = {r["name"]: r["seed"] for r in rows}
     again: list[SeedJob] = []
 
@@ -145,6 +147,8 @@ def time_all(rows: list[dict], settings: EvaluatorSettings, deadline: float, res
         for row in rows:
             if not row.get("seed") or row.get("check", {}).get("status", "correct") != "correct":
                 continue
+            if row.get("eval", {}).get("status", "not timed") != "not timed":
+                continue  # timed by an earlier run (--seeds-from)
             if time.monotonic() > deadline:
                 results.update(row["name"], eval={"status": "not timed", "reason": "deadline"})
                 continue
@@ -233,7 +237,7 @@ def main() -> None:
     parser.add_argument("--check-workers", type=int, default=0, help="evaluators checking correctness side by side")
     parser.add_argument("--budget-gb", type=float, default=60.0, help="footprint estimates running at once")
     parser.add_argument("--derive-only", action="store_true")
-    parser.add_argument("--seeds-from", help="a JSON of an earlier run: its seeds, not derived again")
+    parser.add_argument("--seeds-from", nargs="+", help="JSON of earlier runs: their seeds, not derived again")
     parser.add_argument("--only", help="a regular expression on level/problem names")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--budget-s", type=float, default=0.5)
@@ -256,10 +260,14 @@ def main() -> None:
     settings = EvaluatorSettings(device="cuda", timeout_s=args.timeout, cache_dir=cache,
                                  timing=TimingSettings(warmup=2, warmup_s=0.1, reps=args.reps, budget_s=args.budget_s))
     if args.seeds_from:
-        earlier = {p["name"]: p for p in json.loads(Path(args.seeds_from).read_text())["problems"]}
         for row in rows:
-            old = earlier.get(row["name"], {})
-            results.update(row["name"], seed=old.get("seed"), derive=old.get("derive", {"error": "not in --seeds-from"}))
+            results.update(row["name"], derive={"error": "not in --seeds-from"})
+        for path in args.seeds_from:
+            for old in json.loads(Path(path).read_text())["problems"]:
+                if old["name"] in results.rows and old.get("derive") and "seconds" in old["derive"]:
+                    results.rows[old["name"]].pop("check", None)
+                    results.rows[old["name"]].pop("eval", None)
+                    results.update(old["name"], **{k: old[k] for k in ("seed", "derive", "check", "eval") if k in old})
     else:
         def on_reply(name: str, reply: dict) -> None:
             if args.captures:
