@@ -3,14 +3,14 @@
     python3 experiments/kernelbench_seeds.py ../.kb/level1 ../.kb/level2 --out $OUT/kb \\
         [--workers 16] [--check-workers 4] [--derive-only] [--seeds-from A.json B.json] [--only REGEX]
 
-1. Derive: ``--workers`` sandbox workers derive the seeds side by side on the GPU
-   (``evaluator.seeding.derive_seeds``); a problem's GPU footprint is estimated first
-   (inputs and weights on the meta device, times three) so that big problems do not run
-   together.  ``--seeds-from`` takes the seeds of earlier runs' JSON instead (a later file's
+1. Derive: ``--workers`` sandbox workers check the references and derive the seeds side by
+   side on the GPU (``Evaluator.prepare``, as ``evo run`` starts), ``2 * workers`` problems per
+   batch so that results are written as they come.  ``--seeds-from`` takes the seeds of earlier runs' JSON instead (a later file's
    derivation of a problem replaces an earlier one's), with their checks and evaluations:
    what was checked or timed already is not done again.
 2. Check (``--check-workers K`` > 0): every seed is checked for correctness by K evaluators
-   at once, with the same footprint budget, without the torch.compile baseline and with one
+   at once, as many as the estimated footprints (six times the inputs' and weights' bytes,
+   from the meta device) fit ``--budget-gb``, without the torch.compile baseline and with one
    timing repetition (these timings are not reported: the GPU is shared).
 3. Time: one evaluator, one seed at a time, evaluates every seed that passed the check (or
    every seed, without a check) with the engine's procedure: staged checks, then timing
@@ -36,19 +36,55 @@ import tarfile
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from evaluator import Evaluator, EvaluatorSettings
+from evaluator import Evaluator, EvaluatorSettings, Preparation
 from evaluator.evaluator import TimingSettings
-from evaluator.seeding import MemoryAdmission, SeedJob, derive_seeds
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    source: str
+    footprint_gb: float
+
+
+class MemoryAdmission:
+    """Hands out jobs, largest first, while the footprints of those running fit the budget
+    (a job alone always starts)."""
+
+    def __init__(self, jobs: list[Job], budget_gb: float):
+        self.pending = sorted(jobs, key=lambda j: -j.footprint_gb)
+        self.budget_gb, self.used_gb, self.running = budget_gb, 0.0, 0
+        self.cond = threading.Condition()
+
+    def take(self) -> Job | None:
+        with self.cond:
+            while self.pending:
+                room = self.budget_gb - self.used_gb
+                job = next((j for j in self.pending if j.footprint_gb <= room or self.running == 0), None)
+                if job is not None:
+                    self.pending.remove(job)
+                    self.used_gb += job.footprint_gb
+                    self.running += 1
+                    return job
+                self.cond.wait()
+            return None
+
+    def done(self, job: Job) -> None:
+        with self.cond:
+            self.used_gb -= job.footprint_gb
+            self.running -= 1
+            self.cond.notify_all()
+
 
 _EVAL_FIELDS = ("status", "reason", "speedup", "speedup_vs_compiled", "runtime_ms", "ref_runtime_ms",
                 "compiled_runtime_ms", "wall_s", "device")
 
 
 def footprint_gb(path: Path) -> float:
-    """Twice the bytes of a problem's inputs and weights (meta tensors: nothing allocated), about
-    what deriving its seed holds on the GPU; 0 where that cannot be told."""
+    """Six times the bytes of a problem's inputs and weights (meta tensors: nothing allocated),
+    about what an evaluation holds on the GPU; 0 where that cannot be told."""
     import torch
 
     try:
@@ -60,7 +96,7 @@ def footprint_gb(path: Path) -> float:
             model = module.Model(*module.get_init_inputs())
         size = sum(t.numel() * t.element_size() for t in [*inputs, *model.parameters(), *model.buffers()]
                    if isinstance(t, torch.Tensor))
-        return 2 * size / 1e9
+        return 6 * size / 1e9
     except Exception:  # the evaluation will say what is wrong with it
         return 0.0
 
@@ -108,11 +144,9 @@ def _eval_record(result) -> dict:
 def check_all(rows: list[dict], settings: EvaluatorSettings, workers: int, budget_gb: float,
               results: Results) -> None:
     """Correctness of every derived seed, ``workers`` evaluations at once within the memory budget."""
-    # An evaluation holds its inputs several times over (clones, both models' outputs, the
-    # comparison in float64): three times a derivation's footprint.
-    jobs = [SeedJob(r["name"], r["source"], 3 * r["footprint_gb"]) for r in rows if r.get("seed") and "check" not in r]
+    jobs = [Job(r["name"], r["source"], r["footprint_gb"]) for r in rows if r.get("seed") and "check" not in r]
     seeds = {r["name"]: r["seed"] for r in rows}
-    again: list[SeedJob] = []
+    again: list[Job] = []
 
     def work(admission: MemoryAdmission, last_try: bool) -> None:
         evaluator = Evaluator(settings, "cuda", 0)
@@ -199,7 +233,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
                      f"{_ratio(statistics.median(versus)) if versus else '-'} |")
     for level in levels:
         lines += ["", f"## {level}", "", "| problem | seed | speedup | vs compile | peak MB seed / ref | "
-                  "derive s | eval s | reason |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+                  "derive s (its batch) | eval s | reason |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
         for r in (r for r in rows if r["level"] == level):
             status, reason = outcome(r)
             ev = r.get("eval") or {}
@@ -259,6 +293,17 @@ def main() -> None:
     cache = tempfile.mkdtemp(prefix="kb-triton-cache-")  # shared: the check compiles, the timing reuses
     settings = EvaluatorSettings(device="cuda", timeout_s=args.timeout, cache_dir=cache,
                                  timing=TimingSettings(warmup=2, warmup_s=0.1, reps=args.reps, budget_s=args.budget_s))
+
+    def record(name: str, outcome: dict, batch_s: float) -> None:
+        check, reply = outcome["check"], outcome.get("seed") or {}
+        if args.captures:
+            keep_capture(out / "captures", name, reply)
+        error = reply.get("error") or ("" if check.get("ok") else f"the reference failed: {check.get('error')}")
+        results.update(name, seed=reply.get("source"), derive={
+            "ok": bool(reply.get("ok")), "error": str(error)[:400], "seconds": round(batch_s, 1),
+            "traceback": (reply.get("traceback") or check.get("traceback") or "")[-2000:]})
+        print(f"derive {name}: {'ok' if reply.get('ok') else str(error)[:120]}", flush=True)
+
     if args.seeds_from:
         for row in rows:
             results.update(row["name"], derive={"error": "not in --seeds-from"})
@@ -269,18 +314,16 @@ def main() -> None:
                     results.rows[old["name"]].pop("eval", None)
                     results.update(old["name"], **{k: old[k] for k in ("seed", "derive", "check", "eval") if k in old})
     else:
-        def on_reply(name: str, reply: dict) -> None:
-            if args.captures:
-                keep_capture(out / "captures", name, reply)
-            results.update(name, seed=reply.get("source"), derive={
-                "ok": bool(reply.get("ok")), "error": (reply.get("error") or "")[:400], "seconds": reply.get("seconds"),
-                "traceback": (reply.get("traceback") or "")[-2000:]})
-            print(f"derive {name}: {'ok' if reply.get('ok') else reply.get('error', '')[:120]} "
-                  f"({reply.get('seconds')} s)", flush=True)
-
-        derive_settings = EvaluatorSettings(device="cuda", timeout_s=args.timeout, cache_dir=cache)
-        derive_seeds([SeedJob(r["name"], r["source"], r["footprint_gb"]) for r in rows], settings=derive_settings,
-                     workers=args.workers, cuda_index=0, budget_gb=args.budget_gb, on_reply=on_reply)
+        evaluator = Evaluator(EvaluatorSettings(device="cuda", timeout_s=args.timeout, cache_dir=cache), "cuda", 0)
+        try:
+            for start in range(0, len(rows), 2 * args.workers):  # a batch at a time: results written as they come
+                batch = rows[start:start + 2 * args.workers]
+                began_batch = time.monotonic()
+                outcomes = evaluator.prepare([Preparation(r["name"], r["source"], True) for r in batch], args.workers)
+                for row in batch:
+                    record(row["name"], outcomes[row["name"]], time.monotonic() - began_batch)
+        finally:
+            evaluator.close()
         meta["derive_s"] = round(time.monotonic() - began, 1)
         pack(out / "captures")
     if not args.derive_only:

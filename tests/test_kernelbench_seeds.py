@@ -1,23 +1,20 @@
 """Seeds for KernelBench-style problem files (tests/data/kernelbench_like/, written for these tests):
 the reference class copied under its new name whatever the idiom, the Triton convolution that
-replaces cuDNN, the capture's rewrites, parallel derivation; inductor's output for each problem
+replaces cuDNN, the capture's rewrites; inductor's output for each problem
 file was captured on an H100 (tests/data/kernelbench_like/inductor/)."""
 import json
 import re
-import threading
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from evaluator import Evaluator, EvaluatorSettings, Status
+from evaluator import Evaluator, EvaluatorSettings, Preparation, Status
 from evaluator.compile_seed import NoSeed, replace_convolutions, seed_from_inductor
 from evaluator.conv_kernel import _convolution
 from evaluator.reference_source import NotAModel, reference_class
 from evaluator.seed_capture import _avg_pool_by_slices
-from evaluator.seeding import SeedJob, derive_seeds
 from evo.kernel_source import find_tunables
 
 DATA = Path(__file__).parent / "data" / "kernelbench_like"
@@ -216,56 +213,6 @@ def test_large_average_pools_become_strided_slices():
     assert _avg_pool_by_slices(x, [3, 3, 3], [2, 2, 2], [1, 1, 1], ceil_mode=True) is NotImplemented
 
 
-# --- parallel derivation ---
-
-
-class FakeEvaluator:
-    """Answers compile_seed after a pause, recording how many footprints ran at once."""
-
-    running: list = []
-    peak_gb = 0.0
-    lock = threading.Lock()
-
-    def __init__(self, sizes: dict[str, float], out_of_memory_once: set[str]):
-        self.sizes, self.out_of_memory_once = sizes, out_of_memory_once
-
-    def compile_seed(self, name: str, source: str) -> dict:
-        with self.lock:
-            self.running.append(name)
-            FakeEvaluator.peak_gb = max(FakeEvaluator.peak_gb, sum(self.sizes[n] for n in self.running))
-            alone = len(self.running) == 1
-        time.sleep(0.05)
-        with self.lock:
-            self.running.remove(name)
-            if name in self.out_of_memory_once:
-                self.out_of_memory_once.discard(name)
-                return {"ok": False, "error": "CUDA out of memory", "out_of_memory": True}
-        return {"ok": True, "source": f"seed of {name}", "alone": alone}
-
-    def close(self) -> None:
-        pass
-
-
-def test_derivations_run_side_by_side_within_the_memory_budget():
-    sizes = {"a": 30.0, "b": 30.0, "c": 10.0, "d": 10.0, "e": 1.0, "f": 1.0, "g": 25.0}
-    shared = {"g"}
-    heard = []
-    replies = derive_seeds([SeedJob(n, "...", s) for n, s in sizes.items()], settings=EvaluatorSettings(),
-                           workers=4, budget_gb=45.0, on_reply=lambda name, reply: heard.append(name),
-                           make_evaluator=lambda: FakeEvaluator(sizes, shared))
-    assert list(replies) == list(sizes) and sorted(heard) == sorted(sizes)
-    assert all(r["ok"] and r["source"] == f"seed of {n}" and r["seconds"] >= 0 for n, r in replies.items())
-    assert FakeEvaluator.peak_gb <= 45.0
-    assert replies["g"]["alone"]  # out of memory the first time: tried again with nothing beside it
-
-
-def test_derive_seeds_refuses_bad_arguments():
-    with pytest.raises(ValueError, match="at least one worker"):
-        derive_seeds([], settings=EvaluatorSettings(), workers=0)
-    with pytest.raises(ValueError, match="distinct"):
-        derive_seeds([SeedJob("a", ""), SeedJob("a", "")], settings=EvaluatorSettings())
-
-
 # --- on a GPU ---
 
 
@@ -274,13 +221,13 @@ def test_every_idiom_gets_a_correct_seed_on_the_gpu():
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
     names = sorted(p.stem for p in DATA.glob("*.py"))
-    settings = EvaluatorSettings(device="cuda", timeout_s=300)
-    replies = derive_seeds([SeedJob(n, problem(n)) for n in names], settings=settings, workers=4, cuda_index=0)
-    failures = {n: r.get("error") for n, r in replies.items() if not r.get("ok")}
-    assert not failures
-    evaluator = Evaluator(settings, "cuda", 0)
+    evaluator = Evaluator(EvaluatorSettings(device="cuda", timeout_s=300), "cuda", 0)
     try:
-        results = {n: evaluator.evaluate(n, problem(n), replies[n]["source"]) for n in names}
+        outcomes = evaluator.prepare([Preparation(n, problem(n), True) for n in names], parallel=4)
+        failures = {n: (o["check"].get("error"), (o["seed"] or {}).get("error")) for n, o in outcomes.items()
+                    if not (o["seed"] or {}).get("ok")}
+        assert not failures
+        results = {n: evaluator.evaluate(n, problem(n), outcomes[n]["seed"]["source"]) for n in names}
     finally:
         evaluator.close()
     wrong = {n: r.reason for n, r in results.items() if r.status is not Status.CORRECT}
