@@ -11,18 +11,20 @@ plain candidate module:
   mutate them like any seed's, and a launcher computes its grid;
 - inductor's wrapper (``call(args)``: allocations and launches) is kept, with
   its guards, device guard and stream handle removed;
-- ``ModelNew`` subclasses the reference's ``Model`` (same parameters, same
-  initialisation) and overrides ``forward`` to build ``call``'s arguments from
+- ``ModelNew`` subclasses a copy of the reference's ``Model`` renamed ``_Reference``
+  (``evaluator.reference_source``: same parameters, same initialisation) and overrides ``forward`` to build ``call``'s arguments from
   the graph inputs that dynamo recorded (``L['x'].size()[0]``, a parameter,
   ...).
 
-Matrix products (and convolutions, where inductor has a Triton template for
-them) are compiled to inductor's Triton templates (max-autotune over Triton
-configurations only); a tiled GEMM's tile becomes
-tunable constants too, any other template keeps inductor's tile and grid.
-Graphs that call anything but Triton (``extern_kernels``, an aten fallback),
-launch a template in a way the converter does not know, or break into several
-graphs give no seed, with the reason.
+Matrix products are compiled to inductor's Triton templates (max-autotune over
+Triton configurations only, ``evaluator.seed_capture``); a tiled GEMM's tile
+becomes tunable constants too, any other template keeps inductor's tile and
+grid.  Inductor's calls into cuDNN (``extern_kernels.convolution``) become
+launches of the Triton convolution of ``evaluator.conv_kernel``, with tunable
+tiles per call site.  Graphs that call anything else but Triton (another
+``extern_kernels`` call, an aten fallback), launch a template in a way the
+converter does not know, or break into several graphs give no seed, with the
+reason.
 """
 from __future__ import annotations
 

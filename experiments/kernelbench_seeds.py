@@ -220,15 +220,16 @@ def markdown(rows: list[dict], meta: dict) -> str:
     lines = [f"Device: {meta.get('device', '?')}; torch {meta.get('torch')}, triton {meta.get('triton')}; "
              f"command: `{meta['command']}`", ""]
     levels = sorted({r["level"] for r in rows})
-    lines += ["| level | problems | seed derived | seed correct | median speedup (eager) | "
-              "median vs torch.compile |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines += ["| level | problems | seed derived | checked | seed correct | median speedup (eager) | "
+              "median vs torch.compile |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for level in levels:
         mine = [r for r in rows if r["level"] == level]
         derived = sum(1 for r in mine if r.get("seed"))
+        checked = sum(1 for r in mine if outcome(r)[0] not in ("no seed", "derived"))
         correct = sum(1 for r in mine if outcome(r)[0] == "correct")
         speedups = [r["eval"]["speedup"] for r in mine if (r.get("eval") or {}).get("speedup")]
         versus = [r["eval"]["speedup_vs_compiled"] for r in mine if (r.get("eval") or {}).get("speedup_vs_compiled")]
-        lines.append(f"| {level} | {len(mine)} | {derived} | {correct} ({100 * correct / len(mine):.0f}%) | "
+        lines.append(f"| {level} | {len(mine)} | {derived} | {checked} | {correct} ({100 * correct / len(mine):.0f}%) | "
                      f"{_ratio(statistics.median(speedups)) if speedups else '-'} | "
                      f"{_ratio(statistics.median(versus)) if versus else '-'} |")
     for level in levels:
