@@ -9,6 +9,13 @@ import torch
 from evaluator.result import Status, trim
 
 _COMPILE_ERRORS = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
+# Under Triton's interpreter (TRITON_INTERPRET=1) a kernel's body runs as Python, and whatever it raises
+# comes back as an InterpreterError around the original exception.  On a GPU the same body is traced by
+# the compiler's front end, which raises every such exception as a CompilationError before anything runs:
+# an unknown `tl.` attribute, an undefined name, incompatible shapes, a non-power-of-2 `tl.arange`, a failed
+# `tl.static_assert`.  Only these interpreter calls fail because of the values a kernel meets at run time,
+# as a device-side assert does on a GPU.
+_INTERPRETER_RUN_TIME = {"create_assert", "create_assume"}
 
 
 class Failure(Exception):
@@ -23,12 +30,40 @@ def error_text(exc: BaseException) -> str:
     return trim("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
 
 
-def is_compile_error(exc: BaseException) -> bool:
-    seen = exc
-    while seen is not None:
-        if any(t.__name__ in _COMPILE_ERRORS for t in type(seen).__mro__):
-            return True
+def _chain(exc: BaseException):
+    seen, visited = exc, set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
+        yield seen
         seen = seen.__cause__ or seen.__context__
+
+
+def _kernel_error(exc: BaseException) -> BaseException:
+    """What the kernel's body raised, where the interpreter wrapped it (its repr) in InterpreterErrors."""
+    chain = list(_chain(exc))
+    if any(type(e).__name__ == "InterpreterError" for e in chain):
+        return chain[-1]
+    return exc
+
+
+def _fails_at_run_time(interpreter_error: BaseException) -> bool:
+    """Whether the exception under an InterpreterError came from the values met, not from the kernel's code."""
+    root = list(_chain(interpreter_error))[-1]
+    frames = traceback.extract_tb(root.__traceback__)
+    if frames and frames[-1].name in _INTERPRETER_RUN_TIME and "interpreter" in frames[-1].filename:
+        return True
+    # The interpreter cannot run this (inline assembly, extern libraries): no verdict on the kernel's code.
+    return isinstance(root, NotImplementedError) and "interpreter mode" in str(root)
+
+
+def is_compile_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the compiler refusing the kernel, the same verdict on a GPU and under the interpreter."""
+    for seen in _chain(exc):
+        names = {t.__name__ for t in type(seen).__mro__}
+        if names.intersection(_COMPILE_ERRORS):
+            return True
+        if "InterpreterError" in names:
+            return not _fails_at_run_time(seen)
     return False
 
 
@@ -39,7 +74,10 @@ def call(model, inputs, stage: str):
             return model(*inputs)
     except Exception as exc:
         status = Status.COMPILE_ERROR if is_compile_error(exc) else Status.RUNTIME_ERROR
-        raise Failure(status, f"{stage}: {type(exc).__name__}: {str(exc)[:300]}", error_text(exc)) from exc
+        cause = _kernel_error(exc)
+        where = " (in a Triton kernel)" if cause is not exc else ""
+        raise Failure(status, f"{stage}: {type(cause).__name__}{where}: {str(cause)[:300]}",
+                      error_text(exc)) from exc
 
 
 def to_device(value, device):

@@ -52,13 +52,28 @@ def _run_main() -> None:
         if sweeping:  # every sweep job gets its own run dir under hydra.sweep.dir
             cfg.run.dir = hydra_cfg.runtime.output_dir
         try:
-            return run_search(build(cfg), to_yaml(cfg))  # per-task rows, for the sweep's summary
+            cfg, overrides = _resumed(cfg, list(hydra_cfg.overrides.task))
+            # per-task rows, for the sweep's summary
+            return run_search(build(cfg), to_yaml(cfg), overrides=overrides)
         except EvoError as exc:
             if sweeping:
                 raise  # the job fails; the sweep summary records why
             sys.exit(_fail(str(exc)))
 
     run()
+
+
+def _resumed(cfg, overrides: list[str]):
+    """For a run dir that holds a run: its saved config with the keys this command line gives
+    (evo/resume.py), and the overrides that change it.  Otherwise ``cfg`` as composed."""
+    from hydra import compose
+
+    from evo.resume import resumed_config, saved_config
+
+    saved = saved_config(Path(str(cfg.run.dir)).expanduser().resolve())
+    if saved is None:
+        return cfg, []
+    return resumed_config(cfg, saved, overrides, compose(config_name="config"))
 
 
 def _compose(overrides: list[str]):

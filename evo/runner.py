@@ -5,6 +5,7 @@ checked before anything is written, so a failed start leaves no run state.
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -21,7 +22,8 @@ from evo.controller import Controller
 from evo.errors import RunDirError, RunError, TaskError
 from evo.startup import nothing_to_search, prepare_tasks
 from evo.progress import RunEvents
-from evo.task import Task
+from evo.resume import Override, held_by_run, open_reader, store_sources, tasks_to_resume
+from evo.seed_store import store_seed, stored_seed
 from evo.summary import summary_rows, summary_table
 from islands import Island, LocalBackend
 
@@ -112,28 +114,30 @@ def make_backend(c: Components, device: str, gpus: int, resume_count: int):
     return RayBackend(c.ray, islands, c.evaluator, device, workers, held)
 
 
-def _earlier_state(url: str) -> tuple[dict[str, dict], set[str]]:
+def _earlier_state(reader) -> tuple[dict[str, dict], set[str]]:
     """(set-aside records by task, tasks with programs) of the run being resumed."""
-    from archive.queries import ArchiveReader
-
+    if reader is None:
+        return {}, set()
     try:
-        reader = ArchiveReader(url=url) if not url.startswith("sqlite:///") else ArchiveReader(
-            path=Path(url.split("///", 1)[1]))
-        try:
-            return reader.set_aside(), {t for t, row in reader.task_counts().items() if row["programs"]}
-        finally:
-            reader.close()
-    except Exception:  # noqa: BLE001 (no archive yet, or one the Archive itself will refuse with its reason)
+        return reader.set_aside(), {t for t, row in reader.task_counts().items() if row["programs"]}
+    except Exception:  # noqa: BLE001 (an archive the Archive itself will refuse with its reason)
         return {}, set()
 
 
-def run_search(c: Components, config_yaml: str, console: Console | None = None) -> list[dict]:
+def run_search(c: Components, config_yaml: str, console: Console | None = None,
+               overrides: list[Override] = ()) -> list[dict]:
+    """``overrides``: the keys this start changes in a resumed run's config (evo/resume.py)."""
     console = console or Console()
     run_dir = Path(c.run.dir).expanduser().resolve()
     names = [t.name for t in c.tasks]
     resuming = _check_run_dir(run_dir, names)
     if not c.tasks:
         raise TaskError("no tasks to run")
+    notes = []
+    if resuming:  # problem files edited since the run stored them stop it here, before any work
+        tasks, notes = tasks_to_resume(c.tasks, held_by_run(c.archive_url, names),
+                                       keep_stored=c.keep_stored_sources)
+        c = dataclasses.replace(c, tasks=tasks)
     if c.llm is not None:
         console.print(f"checking LLM endpoint {c.llm.model} ...")
         c.llm.check()
@@ -149,11 +153,15 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
     console.print(f"{'resuming' if resuming else 'starting'} run in {run_dir}: {len(names)} tasks, "
                   f"{c.island_count} islands, device {device}" + (f" ({gpus} GPUs)" if gpus else ""),
                   soft_wrap=True)
+    for line in [*(f"override {o.line()}" for o in overrides), *notes]:
+        console.print(f"  {line}", soft_wrap=True, markup=False)
     backend = make_backend(c, device, gpus, resume_count)
+    earlier = open_reader(c.archive_url) if resuming else None
     try:
-        earlier, has_programs = _earlier_state(c.archive_url) if resuming else ({}, set())
+        aside_before, has_programs = _earlier_state(earlier)
         prepared = prepare_tasks(c.tasks, backend, on_gpu=device == "cuda", compile_seeds=c.compile_seeds,
-                                 llm=c.llm is not None, earlier=earlier, has_programs=has_programs, console=console)
+                                 llm=c.llm is not None, earlier=aside_before, has_programs=has_programs,
+                                 console=console, stored=(lambda t: stored_seed(earlier, t)) if earlier else None)
         if not prepared.tasks and not resuming:  # a failed start leaves no run state
             raise TaskError(nothing_to_search(prepared.set_aside + prepared.kept_aside))
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -161,23 +169,31 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
         # run.json first: from then on the directory is a run that a later start resumes.
         write_atomically(run_dir / RUN_FILE, json.dumps(
             {"tasks": names, "resumes": resume_count, "device": device, "started": time.time()}, indent=1))
-        if not (run_dir / "config.yaml").exists():
+        if overrides or not (run_dir / "config.yaml").exists():  # the config the run last ran with
             write_atomically(run_dir / "config.yaml", config_yaml)
         version = code_version()
         archive = Archive(c.archive_url, descriptors=c.descriptors, cvt_cells=c.cvt_cells, seed=c.run.seed,
                           engine_version=version)
         if archive.get_meta("config") is None:
             archive.set_meta("config", config_yaml)
+        if overrides:
+            archive.set_meta(f"config.{resume_count}", config_yaml)
         archive.set_meta(f"code_version.{resume_count}", version)
+        store_sources(archive, c.tasks)
+        for name, outcome in prepared.derived.items():  # derived or failed: not derived again by a later start
+            store_seed(archive, next(t for t in c.tasks if t.name == name), source=outcome.source,
+                       error=outcome.error)
         for aside in prepared.set_aside:
             archive.set_aside(aside.task, aside.stage, aside.reason, aside.source_hash)
         for task in prepared.tasks:
-            if task.name in earlier:
+            if task.name in aside_before:
                 archive.readmit(task.name)
         if not prepared.tasks:
             raise TaskError(nothing_to_search(prepared.set_aside + prepared.kept_aside))
         tasks = prepared.tasks
         events = RunEvents(run_dir, c.run.budget_evaluations, show=c.progress)
+        if overrides or notes:
+            events("resumed", overrides=[o.to_dict() for o in overrides], notes=notes)
         for aside in prepared.set_aside:
             events("task_set_aside", task=aside.task, stage=aside.stage, reason=aside.reason)
         if hasattr(backend, "placement"):
@@ -219,4 +235,6 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None) 
                            f"{run_dir / 'events.jsonl'} for what failed")
         return rows
     finally:
+        if earlier is not None:
+            earlier.close()
         backend.close()

@@ -10,12 +10,15 @@ changes it is tried again.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 
 from evaluator import Preparation
+from evo.seed_store import StoredSeed
 from evo.task import Task
 
 # Why a task is not searched: its reference failed (``reference``), ran out of GPU memory
@@ -40,6 +43,7 @@ class Prepared:
     tasks: list[Task]  # to search; empty ``seeds`` on a task without programs: the LLM writes them
     set_aside: list[SetAside]  # decided by this start
     kept_aside: list[SetAside]  # by an earlier start, the problem file unchanged
+    derived: dict[str, StoredSeed] = field(default_factory=dict)  # seeds derived now (or why not), to store
 
 
 def seedless(task: Task, tried: str) -> str:
@@ -50,10 +54,13 @@ def seedless(task: Task, tried: str) -> str:
 
 
 def prepare_tasks(tasks: list[Task], backend, *, on_gpu: bool, compile_seeds: bool, llm: bool,
-                  earlier: dict[str, dict], has_programs: set[str], console: Console) -> Prepared:
+                  earlier: dict[str, dict], has_programs: set[str], console: Console,
+                  stored: Callable[[Task], StoredSeed | None] | None = None) -> Prepared:
     """Check every task's reference and derive the seeds that are missing, many at once (the
     backend's ``prepare``); ``earlier``: the run's set-aside records by task, ``has_programs``:
-    the tasks the run's archive already holds programs of (their seeds are in it)."""
+    the tasks the run's archive already holds programs of (their seeds are in it); ``stored``: what
+    an earlier start of the run derived for a task's current source (evo/seed_store.py), taken
+    instead of deriving again."""
     kept, todo = [], []
     for task in tasks:
         record = earlier.get(task.name)
@@ -64,13 +71,22 @@ def prepare_tasks(tasks: list[Task], backend, *, on_gpu: bool, compile_seeds: bo
         else:
             todo.append(task)
     derive = {t.name for t in todo if not t.seeds and t.name not in has_programs and compile_seeds and on_gpu}
+    known = {name: outcome for name in derive if stored and (outcome := stored(_named(todo, name))) is not None}
+    derive -= set(known)
     if derive:
         console.print(f"deriving seeds from torch.compile for {len(derive)} tasks ...")
     outcomes = backend.prepare([Preparation(t.name, t.source, t.name in derive) for t in todo]) if todo else {}
-    ready, aside = [], []
+    ready, aside, derived = [], [], {}
     for task in todo:
         outcome = outcomes[task.name]
         check, seed = outcome["check"], outcome.get("seed")
+        if seed is not None:
+            derived[task.name] = StoredSeed(source=seed["source"] if seed.get("ok") else None,
+                                            error=None if seed.get("ok") else str(seed.get("error")),
+                                            stored_at=time.time())
+        elif task.name in known:
+            seed = {"ok": known[task.name].ok, "source": known[task.name].source,
+                    "error": known[task.name].message(task)}
         for warning in check.get("warnings", []):
             console.print(f"[yellow]task {task.name}: {warning}", soft_wrap=True)
         decided = _decide(task, check, seed, has_programs=task.name in has_programs, llm=llm,
@@ -80,11 +96,16 @@ def prepare_tasks(tasks: list[Task], backend, *, on_gpu: bool, compile_seeds: bo
             console.print(f"[red]{decided.line()}", soft_wrap=True)
             continue
         if decided is not task and decided.seeds:
-            console.print(f"task {task.name}: seed kernel derived from torch.compile's Triton kernels")
+            console.print(f"task {task.name}: seed kernel derived from torch.compile's Triton kernels"
+                          + (" by an earlier start of this run" if task.name in known else ""))
         elif not decided.seeds and task.name not in has_programs:
             console.print(f"task {task.name}: no seed kernel; the LLM writes the first kernels")
         ready.append(decided)
-    return Prepared(tasks=ready, set_aside=aside, kept_aside=kept)
+    return Prepared(tasks=ready, set_aside=aside, kept_aside=kept, derived=derived)
+
+
+def _named(tasks: list[Task], name: str) -> Task:
+    return next(t for t in tasks if t.name == name)
 
 
 def _tried(compile_seeds: bool, on_gpu: bool) -> str:

@@ -136,6 +136,32 @@ class Variants:
         return 200, completion(f"Here it is:\n```python\n{source}```\n")
 
 
+class Gate:
+    """Holds every reply until ``n`` requests are being answered at once (the first time), then answers
+    with ``good``: a test of a limit of ``n`` requests in flight sees the limit reached however fast or
+    loaded the machine is.  (More than ``n`` at once, a broken limit, shows while replies take ``good``'s
+    latency; ``wait_s`` only bounds a wait for ``n`` requests that never come.)"""
+
+    def __init__(self, n: int, good=None, wait_s: float = 60.0):
+        self.n, self.good, self.wait_s = n, good or Variants(), wait_s
+        self.opened = False
+        self._answering = 0
+        self._cond = threading.Condition()
+
+    def __call__(self, request: dict):
+        with self._cond:
+            self._answering += 1
+            if self._answering >= self.n:
+                self.opened = True
+                self._cond.notify_all()
+            self._cond.wait_for(lambda: self.opened, timeout=self.wait_s)
+        try:
+            return self.good(request)
+        finally:
+            with self._cond:
+                self._answering -= 1
+
+
 class Faults:
     """Fault injection: the i-th request (from 0) gets ``plan[i % len(plan)]``; "ok" goes to ``good``.
 

@@ -1,9 +1,13 @@
-"""A Ray cluster of two nodes on 127.0.0.1 (`ray start` head plus worker): a search
-joins it with ``ray.address`` and spreads its islands and evaluators over both."""
+"""A Ray cluster of two nodes of one CPU on 127.0.0.1 (`ray start` head plus worker), with token
+authentication on as the README's recipe starts it: a search joins it with ``ray.address`` and
+spreads its islands and evaluators over both; a run that cannot join says why in one line; an actor
+the cluster cannot place is reported, then given up; a plain run beside it starts its own Ray."""
 from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -46,9 +50,12 @@ def _kill_cluster(temp_dir: str) -> None:
 @pytest.fixture(scope="module")
 def two_node_cluster():
     temp_dir = tempfile.mkdtemp(prefix="evo-ray-", dir="/tmp")  # Ray's socket paths must stay short
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+    # One token for every node and for the driver, as the README's recipe sets it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
+    env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
     port = _free_port()
-    common = ["--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=0", "--disable-usage-stats"]
+    # One CPU per node: islands must leave each node's CPU whole for an evaluator.
+    common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--num-gpus=0", "--disable-usage-stats"]
     try:
         for args in (["--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp_dir}"],
                      [f"--address=127.0.0.1:{port}"]):
@@ -80,6 +87,78 @@ def test_a_search_spreads_over_two_ray_nodes(two_node_cluster, tmp_path):
             "select count(*) from evaluations e join programs p on p.id = e.program_id "
             "where p.operator != 'seed'")).scalar()
     assert children == 4
+
+
+def evo_run(*args: str, env: dict, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *(prefix or ("-m", "evo.cli")), "run", *args, "task=quick",
+                           "evaluator.device=cpu", "run.progress=false"],
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+def one_error_line(out: subprocess.CompletedProcess) -> str:
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    (line,) = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    return line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("auth", [{"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-token"},
+                                  {"RAY_AUTH_MODE": "disabled"}])
+def test_a_run_without_the_clusters_token_says_why_in_one_line(two_node_cluster, tmp_path, auth):
+    address, env = two_node_cluster
+    env = {k: v for k, v in env.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")} | auth
+    out = evo_run(f"run.dir={tmp_path / 'run'}", f"ray.address={address}", env=env)
+    line = one_error_line(out)
+    assert f"cannot join the Ray cluster at {address}" in line and "RAY_AUTH_MODE=token" in line
+    assert "InvalidAuthToken" not in out.stderr  # not Ray's warning a second while it retried
+    assert ("refused this process's token" if auth["RAY_AUTH_MODE"] == "token" else "authentication off") in line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_run_that_finds_nothing_at_the_address_says_so_at_once(tmp_path):
+    address = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    line = one_error_line(evo_run(f"run.dir={tmp_path / 'run'}", f"ray.address={address}", env=dict(os.environ)))
+    assert f"cannot join the Ray cluster at {address}: nothing answers at {address}" in line
+
+
+MISMATCHED = ("-c", "import sys, ray._private.utils as u; u.compute_version_info = lambda: ('2.0.0', '3.9.1'); "
+                    "from evo.cli import main; sys.exit(main())")
+
+
+@pytest.mark.slow
+def test_a_driver_of_another_ray_version_says_so_in_one_line(two_node_cluster, tmp_path):
+    address, env = two_node_cluster
+    # This process claims another Ray and Python than the cluster's, as a driver of another install would.
+    line = one_error_line(evo_run(f"run.dir={tmp_path / 'run'}", f"ray.address={address}", env=env,
+                                  prefix=MISMATCHED))
+    assert "version mismatch: the cluster runs Ray " in line and "this process Ray 2.0.0 on Python 3.9.1" in line
+
+
+@pytest.mark.slow
+def test_an_actor_the_cluster_cannot_place_is_reported_then_given_up(two_node_cluster, tmp_path):
+    address, env = two_node_cluster
+    # Three evaluators of one CPU each on two one-CPU nodes: one can never start.
+    out = evo_run(f"run.dir={tmp_path / 'run'}", f"ray.address={address}", "evaluator.workers=3",
+                  "ray.placement_report_s=2", "ray.placement_timeout_s=30", env=env)
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert re.search(r"Ray: after \d+ s, \d actor\(s\) of this run have not started", out.stderr)
+    assert re.search(r"evaluator \d waits for CPU 1: no node has that much free now", out.stderr), out.stderr
+    assert re.search(r"node \w+: free/total CPU 0/1", out.stderr), out.stderr
+    assert re.search(r"error: Ray could not start evaluator \d in \d+ s \(ray.placement_timeout_s\)", out.stderr)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_plain_run_beside_a_running_cluster_starts_its_own_ray_and_says_so(two_node_cluster, tmp_path):
+    address, env = two_node_cluster
+    run_dir = tmp_path / "run"
+    out = evo_run(f"run.dir={run_dir}", "run.budget.evaluations=1", env=dict(env, RAY_ADDRESS=address))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"starts its own local Ray; the Ray cluster at {address}" in out.stderr + out.stdout
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    (placement,) = [e for e in events if e["event"] == "placement"]
+    assert placement["nodes"] == 1  # its own Ray, not the two-node cluster
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 
 from evo.errors import LLMError
 from operators import LLMClient
-from tests.llm_server import Faults, ScriptedLLMServer, completion
+from tests.llm_server import Faults, Gate, ScriptedLLMServer, completion
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -73,23 +73,15 @@ def test_enormous_and_non_utf8_text_is_bounded_and_cleaned(client):
 
 
 def test_requests_in_flight_are_bounded_by_max_in_flight(client):
-    state = {"now": 0, "most": 0}
-    lock = threading.Lock()
-
-    def reply(request):
-        with lock:
-            state["now"] += 1
-            state["most"] = max(state["most"], state["now"])
-        time.sleep(0.2)
-        with lock:
-            state["now"] -= 1
+    def slow_ok(request):
+        time.sleep(0.2)  # while three are answered, a fourth request would be seen
         return 200, completion("ok")
 
-    with ScriptedLLMServer(reply) as server:
+    with ScriptedLLMServer(Gate(3, slow_ok)) as server:
         c = client(server, max_in_flight=3)
         with ThreadPoolExecutor(9) as pool:
             replies = list(pool.map(lambda _: c.complete(HI), range(9)))
-    assert all(r.text == "ok" for r in replies) and state["most"] == 3
+    assert all(r.text == "ok" for r in replies) and server.peak == 3
 
 
 def test_prices_give_dollars_per_call(client):

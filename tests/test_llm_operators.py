@@ -14,7 +14,7 @@ from operators import (Context, LLMBudget, LLMClient, LLMCrossover, LLMDiff, LLM
                        ModelEnsemble, ParameterCrossover, TunableConstantMutation)
 from operators.prompting import render
 from operators.replies import apply_diff
-from tests.llm_server import ScriptedLLMServer, Variants, completion
+from tests.llm_server import Gate, ScriptedLLMServer, Variants, completion
 
 FACTS = dict(registers=40, spills=0, shared_bytes=8192, num_warps=4, num_stages=2)
 
@@ -226,7 +226,7 @@ def test_a_child_identical_to_its_parent_is_not_proposed(builtin_tasks):
 
 def test_an_island_sends_at_most_its_requests_at_once_and_the_prepared_wait(builtin_tasks):
     task = builtin_tasks["gelu"]
-    with ScriptedLLMServer(Variants(latency_s=0.1)) as s:
+    with ScriptedLLMServer(Gate(2, Variants(latency_s=0.1))) as s:
         island = Island(0, [LLMMutation(client=llm_client(s))], [1.0], seed=1, requests=2)
         island = copy.copy(island)  # through __getstate__ and __setstate__: the limit survives
         with ThreadPoolExecutor(6) as pool:

@@ -23,7 +23,8 @@ from tests.llm_server import Faults, ScriptedLLMServer, TrivialEvaluator, Varian
 def run(tmp_path, tasks, server, *, budget, models=("openai/scripted",), llm_budget=None, repair=0.0,
         offline=False, failing=False, per_island=4, prepared=2, crossover_only=False, prompts=None, evaluator=None,
         **client_kw):
-    client = LLMClient(model=list(models), api_base=server.api_base, timeout_s=1, retries=1, backoff_s=0.01,
+    # A good reply comes back well inside timeout_s on a loaded machine; the faults' hang lasts longer.
+    client = LLMClient(model=list(models), api_base=server.api_base, timeout_s=3, retries=1, backoff_s=0.01,
                        **client_kw)
     operators, weights = [LLMDiff(client=client), LLMMutation(client=client), LLMCrossover(client=client)], [1, 1, 1]
     if crossover_only:
@@ -63,7 +64,7 @@ def event_kinds(tmp_path):
 def test_a_run_through_every_fault_completes_its_budget_and_records_every_failure(tmp_path, builtin_tasks,
                                                                                    transport):
     plan = ["ok", "429", "ok", "500", "ok", "hang", "ok", "malformed", "truncated", "ok", "empty", "non_utf8"]
-    faults = Faults(plan, hang_s=1.5)
+    faults = Faults(plan, hang_s=4)
     tasks = [builtin_tasks["gelu"], builtin_tasks["softmax"]]
     with ScriptedLLMServer(faults) as server:
         archive, controller = run(tmp_path, tasks, server, budget=24, models=("openai/a", "openai/b"),
