@@ -27,8 +27,9 @@ def flatten(outputs) -> list:
     return [outputs]
 
 
-def mismatch(expected, actual, atol: float | None, rtol: float | None) -> str | None:
-    """Why ``actual`` does not match ``expected``, or None when it does."""
+def mismatch(expected, actual, atol: float | None, rtol: float | None, atol_scale: float = 1.0) -> str | None:
+    """Why ``actual`` does not match ``expected``, or None when it does.  ``atol_scale`` multiplies the
+    absolute tolerance (inputs scaled up by that factor: see ``evaluator.correctness``)."""
     exp, act = flatten(expected), flatten(actual)
     if len(exp) != len(act):
         return f"returned {len(act)} outputs, the reference returns {len(exp)}"
@@ -48,7 +49,7 @@ def mismatch(expected, actual, atol: float | None, rtol: float | None) -> str | 
             return f"{where}dtype {a.dtype}, expected {e.dtype}"
         if a.device != e.device:
             return f"{where}on {a.device}, expected {e.device}"
-        problem = _value_mismatch(e, a, atol, rtol)
+        problem = _value_mismatch(e, a, atol, rtol, atol_scale)
         if problem:
             return where + problem
     return None
@@ -66,12 +67,12 @@ def _chunks(*tensors: torch.Tensor):
         yield start, [f[start:start + CHUNK] for f in flats]
 
 
-def _value_mismatch(e: torch.Tensor, a: torch.Tensor, atol, rtol) -> str | None:
+def _value_mismatch(e: torch.Tensor, a: torch.Tensor, atol, rtol, atol_scale: float = 1.0) -> str | None:
     if not e.is_floating_point():
         differ = sum(int((ec != ac).sum()) for _, (ec, ac) in _chunks(e, a))
         return f"{differ} of {e.numel()} integer elements differ" if differ else None
     d_atol, d_rtol = DEFAULT_TOLERANCE.get(e.dtype, (1e-4, 1e-4))
-    atol = d_atol if atol is None else atol
+    atol = (d_atol if atol is None else atol) * atol_scale
     rtol = d_rtol if rtol is None else rtol
     # Per chunk, device scalars only: one synchronisation at the end, not several per chunk.
     rows = []  # [NaN differs, Inf differs, non-finite, bad count, max error, worst excess, its index]

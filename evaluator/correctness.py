@@ -34,10 +34,18 @@ _HALF_SCALES = (8.0, 1e-2)
 Inputs = Callable[[], list]  # makes one input set, in fresh storage, the same values every call
 
 
-def adversarial_variants(make: Inputs) -> list[tuple[str, Inputs]]:
+def adversarial_variants(make: Inputs) -> list[tuple[str, Inputs, float]]:
     """Variants of the inputs ``make`` gives (very large, very small, mixed scales, all-equal values),
     each again a maker: a variant exists only while it is checked, and is made in place in the fresh
-    inputs (a few GB of input must not become five times that)."""
+    inputs (a few GB of input must not become five times that).
+
+    Each comes with the factor its absolute tolerance is scaled by.  These checks are about range
+    (overflow, underflow, NaN, a max not subtracted), not precision, which the unit-scale checks hold:
+    an fp32 result's rounding grows with the magnitude of the terms it sums, so two exact
+    implementations of a convolution on inputs scaled by 1e3 differ by more than the unit-scale atol
+    (cuDNN itself is 1.7-4.4 allowances off float64 there: experiments/kernelbench_seeds.md).  Scaled
+    up by ``large``, the absolute tolerance is scaled by ``large`` too; the relative one is unchanged.
+    """
     probe = make()
     floats = [t for t in probe if isinstance(t, torch.Tensor) and t.is_floating_point()]
     if not floats:
@@ -61,10 +69,10 @@ def adversarial_variants(make: Inputs) -> list[tuple[str, Inputs]]:
         return flat.view(t.shape)  # a non-contiguous input comes back contiguous (its copy)
 
     return [
-        ("very large values", each(lambda t: t.mul_(large))),
-        ("very small values", each(lambda t: t.mul_(small))),
-        ("mixed scales", each(mixed)),
-        ("all-equal values", each(lambda t: t.fill_(0.75))),
+        ("very large values", each(lambda t: t.mul_(large)), large),
+        ("very small values", each(lambda t: t.mul_(small)), 1.0),
+        ("mixed scales", each(mixed), large),
+        ("all-equal values", each(lambda t: t.fill_(0.75)), 1.0),
     ]
 
 
@@ -110,7 +118,7 @@ class Verifier:
                 raise Failure(Status.REJECTED, f"the candidate replaced {', '.join(tampered)}")
         return out
 
-    def check(self, make: Inputs, where: str, guarded: bool = False) -> None:
+    def check(self, make: Inputs, where: str, guarded: bool = False, atol_scale: float = 1.0) -> None:
         """Candidate, reference, candidate again, on the same values; each call on inputs of its own
         storage, so an output remembered by the identity of its inputs gains nothing."""
         inputs = make()
@@ -123,12 +131,12 @@ class Verifier:
         expected = call(self.reference, inputs, "reference")
         synchronize(self.device)
         del inputs
-        problem = mismatch(expected, first, self.atol, self.rtol)
+        problem = mismatch(expected, first, self.atol, self.rtol, atol_scale)
         if problem:
             raise Failure(Status.INCORRECT, f"{where}: {problem}")
         del first
         second = self._candidate(make() if saved is None else clone(saved), where)
-        problem = mismatch(expected, second, self.atol, self.rtol)
+        problem = mismatch(expected, second, self.atol, self.rtol, atol_scale)
         if problem:
             raise Failure(Status.INCORRECT, f"{where} (second call): {problem}")
         if digest(second, canonical=True) != first_digest:
@@ -147,8 +155,8 @@ class Verifier:
         # a generator the seeding does not reach: then each check keeps a copy instead.
         self.repeatable_inputs = digest(maker(smallest, seeds[0])()) == digest(maker(smallest, seeds[0])())
         self.check(maker(smallest, seeds[0]), f"smoke test, shape {smallest or 'default'}", guarded=True)
-        for name, variant in adversarial_variants(maker(smallest, seeds[0])):
-            self.check(variant, f"{name}, shape {smallest or 'default'}")
+        for name, variant, atol_scale in adversarial_variants(maker(smallest, seeds[0])):
+            self.check(variant, f"{name}, shape {smallest or 'default'}", atol_scale=atol_scale)
         for shape in shapes:
             for seed in seeds:
                 if shape is smallest and seed == seeds[0]:

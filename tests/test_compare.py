@@ -61,3 +61,21 @@ def test_inputs_that_the_seed_does_not_determine_are_copied_instead(cpu_evaluato
     assert result.status is Status.CORRECT, result.reason
     cheat = candidate("x.add_(1.0)")
     assert cpu_evaluator.evaluate("double", UNSEEDED_INPUTS, cheat).status is Status.INCORRECT
+
+
+def test_inputs_scaled_up_scale_the_absolute_tolerance_only():
+    """On inputs scaled by 1e3 an exact fp32 kernel rounds like 1e3 times larger terms: the adversarial
+    check scales atol with them, and still refuses what range errors give (NaN, saturation)."""
+    expected = torch.randn(4096, dtype=torch.float64).float() * 1e3
+    rounded = expected + 0.05 * torch.sign(torch.randn(4096))  # partial sums of 1e3-scaled terms
+    rounded[:10] = 0.05 * torch.sign(torch.randn(10)) + 1e-3  # near-zero outputs after cancellation
+    expected[:10] = 1e-3
+    assert "beyond atol=0.0001" in mismatch(expected, rounded, None, None)
+    assert mismatch(expected, rounded, None, None, atol_scale=1e3) is None
+    saturated = expected.clamp(-100, 100)
+    assert "beyond atol=0.1, rtol=0.0001" in mismatch(expected, saturated, None, None, atol_scale=1e3)
+    nan = expected.clone()
+    nan[7] = float("nan")
+    assert "NaN" in mismatch(expected, nan, None, None, atol_scale=1e3)
+    off_by_ulps_of_half = expected.half().float()  # fp16 inside: relative 5e-4, beyond rtol at any scale
+    assert mismatch(expected, off_by_ulps_of_half, None, None, atol_scale=1e3) is not None
