@@ -10,6 +10,7 @@ added by later schema versions (``roofline_fraction``, ``speedup_vs_compiled``,
 """
 from __future__ import annotations
 
+import json
 import sqlite3
 import urllib.parse
 from pathlib import Path
@@ -134,6 +135,19 @@ class ArchiveReader:
             return {"copy": self._one(select(func.count(M.id).label("n")))["n"]}
         return {r["kind"]: r["n"] for r in self._rows(select(M.kind, func.count(M.id).label("n"))
                                                       .group_by(M.kind).order_by(M.kind))}
+
+    def phase_totals(self) -> dict:
+        """Seconds per evaluation phase summed over the run's evaluations (schema 6), with how many had
+        them: ``{"evaluations": n, "seconds": {phase: total}}``."""
+        if "phases" not in self._columns("evaluations"):
+            return {"evaluations": 0, "seconds": {}}
+        totals: dict[str, float] = {}
+        rows = self._rows(select(E.phases).where(E.phases.is_not(None)))
+        for row in rows:
+            for phase, seconds in json.loads(row["phases"]).items():
+                if isinstance(seconds, (int, float)):
+                    totals[phase] = totals.get(phase, 0.0) + seconds
+        return {"evaluations": len(rows), "seconds": totals}
 
     def meta(self, key: str) -> str | None:
         """A value the run saved in its ``meta`` table (e.g. the meta-prompt pool)."""

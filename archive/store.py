@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import json
 import time
 from collections import OrderedDict
 
@@ -224,7 +225,8 @@ class Archive(Exchange, Statistics):
                     c, environment_row(environment, self.engine_version), self._environments)
             row = c.execute(sql.INSERT_EVALUATION, dict(
                 fields, program_id=program.id, created_at=time.time(), gpu_peak_mb=memory.get("peak_mb"),
-                reference_peak_mb=memory.get("reference_peak_mb")))
+                reference_peak_mb=memory.get("reference_peak_mb"),
+                phases=json.dumps(extra["phases"]) if extra.get("phases") else None))
             if shapes:
                 evaluation_id = row.inserted_primary_key[0]
                 c.execute(sql.INSERT_SHAPE_TIMING, [shape_timing_row(s, evaluation_id) for s in shapes])

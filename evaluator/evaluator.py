@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 from evaluator.preparation import Preparation, prepare_tasks
@@ -125,13 +126,22 @@ class Evaluator:
                 "timing": self.settings.compile_timing}
 
     def evaluate(self, task_name: str, task_source: str, candidate_source: str) -> EvalResult:
+        began = time.monotonic()
         reply = self._request("evaluate", task_name, task_source, candidate_source=candidate_source)
         if "sandbox" in reply:
             status = Status.TIMEOUT if reply["sandbox"] == "timeout" else Status.CRASHED
-            return EvalResult(status=status, reason=reply["reason"], error=trim(reply.get("log", "")))
-        if "harness_error" in reply:
-            return EvalResult(status=Status.CRASHED, reason=reply["harness_error"])
-        return EvalResult.from_dict(reply)
+            result = EvalResult(status=status, reason=reply["reason"], error=trim(reply.get("log", "")))
+        elif "harness_error" in reply:
+            result = EvalResult(status=Status.CRASHED, reason=reply["harness_error"])
+        else:
+            result = EvalResult.from_dict(reply)
+        # The harness times its own phases; what it cannot see (starting the child, the request and
+        # the reply, a worker started again) is the host's share.
+        phases = result.extra.setdefault("phases", {})
+        total = time.monotonic() - began
+        phases["host_s"] = max(0.0, total - result.wall_s)
+        phases["total_s"] = total
+        return result
 
     def check_task(self, task_name: str, task_source: str) -> dict:
         """Run the task's reference alone: ``{"ok": bool, "error"?, "stage"?, "warnings"?, "memory"?}``."""

@@ -222,6 +222,7 @@ def _evaluate(request: dict, device: str) -> EvalResult:
                           f"({measured['work']}) after re-verification on fresh inputs: the candidate "
                           "skips work, or the task's flops/bytes_moved are wrong")
     phases["timing_s"] = time.monotonic() - began - phases["load_s"] - phases["checks_s"]
+    phases["timed_calls_s"] = measured.pop("timed_calls_s")
     extra.update(phases=phases, roofline=measured.pop("roofline"), work=measured.pop("work"))
     footprint = memory.report(reference_bytes, device, checks_bytes, memory.phase_peak(device),
                               L2_FLUSH_BYTES if device.startswith("cuda") else 0)
@@ -266,6 +267,10 @@ def _measure(request: dict, problem, reference, model, shapes: list[dict], seed:
             measured["compile_baseline_error"] = baseline.failure(exc)
     timed = time_interleaved(_in_turn(model, sets, "timing"), baselines, device, **_timing_args(timing))
     pair = timed["reference"]
+    # The time of the timed calls (GPU time on a GPU; medians times samples): the part of an evaluation
+    # spent on what it measures.
+    measured["timed_calls_s"] = (pair.candidate.median_ms * pair.candidate.samples + sum(
+        side.baseline.median_ms * side.baseline.samples for side in timed.values())) / 1e3
     noise_floor = float(request.get("noise_floor", 0.0))
     measured.update({
         "speedup": pair.ratio or None, "runtime_ms": pair.candidate.median_ms,

@@ -135,7 +135,7 @@ def _run_args(args: list[str], usage: str, optional: set[str] = frozenset(),
 def status_command(args: list[str]) -> int:
     from evo.run_view import open_run
     from evo.fast_p import fast_p_rows, task_bests, tolerance_of
-    from evo.summary import fast_p_table, fragment_table, model_table, operator_table, status_table
+    from evo.summary import fast_p_table, fragment_table, model_table, operator_table, phase_line, status_table
     from operators.meta_prompt import STATE_KEY, table
 
     try:
@@ -146,6 +146,7 @@ def status_command(args: list[str]) -> int:
             children, migrations = run.archive.child_evaluation_count(), run.archive.migration_counts()
             pool = run.archive.meta(STATE_KEY)
             aside, fast_p, tolerance = run.archive.set_aside(), fast_p_rows(task_bests(run)), tolerance_of(run)
+            phases = phase_line(run.archive.phase_totals())
     except EvoError as exc:
         return _fail(str(exc))
     console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and pipes: no wrapped tables
@@ -160,6 +161,8 @@ def status_command(args: list[str]) -> int:
         console.print(fragment_table(table(json.loads(pool))))
     console.print(f"children evaluated: {children}; resumes: {run.info.get('resumes', 0)}; "
                   f"LLM calls: {spend['calls']}, {spend['errors']} failed (${spend['cost_usd']:.4f})")
+    if phases:
+        console.print(phases, soft_wrap=True, markup=False)
     moved = ", ".join(f"{n} {kind}" for kind, n in migrations.items()) or "none"
     console.print(f"elites placed on other islands: {moved} (seeds are copied to every island)")
     return 0

@@ -80,3 +80,20 @@ def fast_p_table(rows: list[dict], tolerance: str) -> Table:
                   caption=f"fast_p: share of the group's tasks with a correct kernel faster than eager by more "
                           f"than p; geomeans over the (n) tasks with a correct kernel, each its fastest; "
                           f"checked with {TOLERANCE_NOTES.get(tolerance, tolerance)}")
+
+
+_PHASES = (("host_s", "start and transfer"), ("load_s", "load"), ("checks_s", "checks"), ("timing_s", "timing"))
+
+
+def phase_line(totals: dict) -> str | None:
+    """Where the evaluators' time went: seconds per phase and the share spent in the timed calls
+    themselves (GPU time on a GPU), the rest being the harness around them."""
+    n, seconds = totals["evaluations"], totals["seconds"]
+    whole = seconds.get("total_s")
+    if not n or not whole:
+        return None
+    parts = ", ".join(f"{label} {seconds[key]:.0f} s ({seconds[key] / whole:.0%})"
+                      for key, label in _PHASES if key in seconds)
+    timed = seconds.get("timed_calls_s", 0.0)
+    return (f"evaluator time: {whole:.0f} s for {n} evaluations ({60 * n / whole:.1f} per evaluator-minute, "
+            f"{whole / n:.1f} s each): {parts}; in timed calls {timed:.0f} s ({timed / whole:.0%} of it)")

@@ -25,6 +25,11 @@ def test_status_of_a_finished_run_writes_nothing(small_run, capsys):
     assert "gelu" in out and "row_sum" in out and "constants" in out and "seed" in out
     assert "children evaluated: 4; resumes: 0; LLM calls: 0, 0 failed ($0.0000)" in out
     assert "elites placed on other islands: 2 copy" in out  # each task's seed, to island 1
+    # Where the evaluators' time went, from every evaluation's phases (seeds and 4 children).
+    line = next(l for l in out.splitlines() if l.startswith("evaluator time:"))
+    assert "for 6 evaluations" in line and "per evaluator-minute" in line
+    for phase in ("start and transfer", "load", "checks", "timing", "in timed calls"):
+        assert phase in line
 
 
 def test_status_of_a_running_run_sees_its_last_commit_without_the_lock(small_run, tmp_path):
