@@ -193,3 +193,77 @@ def test_a_run_whose_only_task_the_llm_cannot_seed_exits_non_zero(tmp_path):
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert "every task was set aside" in out.stderr
     assert sum(r[2] == "llm_seed" for r in programs(run_dir)) >= 1
+
+
+class Writer:
+    """A scripted LLM whose every kernel differs (a ``VARIANT_n`` constant); those for x * 5.0, and
+    their repairs, are marked WRONG."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, request: dict):
+        prompt = request["messages"][-1]["content"]
+        if "## Current kernel" not in prompt and "No kernel exists yet" not in prompt \
+                and "failed its evaluation" not in prompt:
+            return 200, completion("OK")
+        self.count += 1
+        wrong = "WRONG = 1\n" if "x * 5.0" in prompt else ""
+        return 200, completion(f"```python\nVARIANT_{self.count} = {self.count}\n{wrong}{KERNEL}```")
+
+
+class MarkedEvaluator:
+    """Instant: a program marked WRONG is incorrect, any other correct."""
+
+    def evaluate(self, task_name: str, task_source: str, source: str):
+        from evaluator.result import EvalResult, Status
+
+        if "WRONG = 1" in source:
+            return EvalResult(status=Status.INCORRECT, reason="wrong values", device="fake")
+        return EvalResult(status=Status.CORRECT, speedup=1.0 + len(source) % 7 / 10, device="fake")
+
+    def close(self) -> None:
+        pass
+
+
+def test_attempts_are_counted_in_the_archive_and_a_resume_goes_on_from_them(tmp_path):
+    from archive import Archive
+    from evo.controller import Controller
+    from evo.run_settings import RunSettings
+    from islands import LocalBackend, MigrationSettings
+    from operators import LLMMutation, LLMRepair, LLMSteering
+
+    tasks = [Task(name=name, path=f"/x/{name}.py", source=PROBLEM.replace("SCALE", scale))
+             for name, scale in (("triple", "3.0"), ("hopeless", "5.0"))]
+
+    def run(server, tasks, attempts, resume_count):
+        client = LLMClient(model="openai/scripted", api_base=server.api_base, timeout_s=10, retries=0)
+        operators = [LLMMutation(client=client), LLMRepair(client=client, probability=1.0), LLMSeed(client=client)]
+        islands = [Island(i, operators, [1.0, 0.0, 0.0], seed=3, requests=2) for i in range(2)]
+        backend = LocalBackend(islands, lambda i: MarkedEvaluator(), 1, 3)
+        archive = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
+        controller = Controller(settings=RunSettings(dir=str(tmp_path), seed=3, budget_evaluations=4,
+                                                     proposals_per_island=2),
+                                tasks=tasks, archive=archive, backend=backend, migration=MigrationSettings(),
+                                resume_count=resume_count, seeding=Seeding(at_once=2, attempts=attempts),
+                                steering=LLMSteering(models=["openai/scripted"], repair_probability=1.0,
+                                                     offline_operators=False))
+        try:
+            controller.run()
+        finally:
+            backend.close()
+        return archive
+
+    with ScriptedLLMServer(Writer()) as server:
+        archive = run(server, tasks, attempts=3, resume_count=0)
+        assert json.loads(archive.get_meta("seeding.attempts"))["hopeless"] == 3
+        aside = archive.set_aside_tasks()
+        assert set(aside) == {"hopeless"} and "after 3 LLM attempts" in aside["hopeless"]["reason"]
+        assert archive.child_evaluation_count() == 4  # triple searched from its LLM seed
+        assert archive.has_elites("triple") and not archive.has_elites("hopeless")
+        archive.close()
+        before = len(server.requests)
+        archive = run(server, tasks[1:], attempts=5, resume_count=1)  # more attempts allowed on resume
+        assert json.loads(archive.get_meta("seeding.attempts"))["hopeless"] == 5
+        assert len(server.requests) - before == 2
+        archive.close()
