@@ -235,7 +235,7 @@ class Controller:
             self._sequence += 1
             context = Context(task_name=task.name, task_source=task.source, parent=parent,
                               inspirations=inspirations, hardware=self.hardware, sequence=self._sequence,
-                              failures=self.feedback.failures(task_name, island), model=model,
+                              failures=self.feedback.failures(task_name, island if parent else None), model=model,
                               llm_allowed=self.steering is None or model is not None, repair=repair is not None,
                               attempt=attempt, guidance=fragment.text if fragment is not None else "")
             future = self.backend.propose(island, context)

@@ -27,8 +27,13 @@ class Feedback:
         self._llm_children: dict[int, tuple[str, float | None]] = {}  # program id -> (model, parent fitness)
         self._fragment_children: dict[int, int] = {}  # program id -> the prompt fragment it was asked with
 
-    def failures(self, task: str, island: int) -> list[dict]:
-        return list(self._failures.get((task, island), ()))
+    def failures(self, task: str, island: int | None) -> list[dict]:
+        """Recent failures of ``task`` on ``island`` (None: on every island, for a seed proposal, which
+        is written from the reference alone and should not repeat any island's mistakes)."""
+        if island is not None:
+            return list(self._failures.get((task, island), ()))
+        recent = [f for (name, _), fs in sorted(self._failures.items()) if name == task for f in fs]
+        return recent[-self.failures_shown:]
 
     def note_failure(self, task: str, island: int, operator: str, status: str, reason: str) -> None:
         recent = self._failures.setdefault((task, island), deque(maxlen=self.failures_shown))

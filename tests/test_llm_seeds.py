@@ -242,7 +242,7 @@ def test_attempts_are_counted_in_the_archive_and_a_resume_goes_on_from_them(tmp_
         islands = [Island(i, operators, [1.0, 0.0, 0.0], seed=3, requests=2) for i in range(2)]
         backend = LocalBackend(islands, lambda i: MarkedEvaluator(), 1, 3)
         archive = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
-        controller = Controller(settings=RunSettings(dir=str(tmp_path), seed=3, budget_evaluations=4,
+        controller = Controller(settings=RunSettings(dir=str(tmp_path), seed=3, budget_evaluations=40,
                                                      proposals_per_island=2),
                                 tasks=tasks, archive=archive, backend=backend, migration=MigrationSettings(),
                                 resume_count=resume_count, seeding=Seeding(at_once=2, attempts=attempts),
@@ -255,15 +255,22 @@ def test_attempts_are_counted_in_the_archive_and_a_resume_goes_on_from_them(tmp_
         return archive
 
     with ScriptedLLMServer(Writer()) as server:
-        archive = run(server, tasks, attempts=3, resume_count=0)
-        assert json.loads(archive.get_meta("seeding.attempts"))["hopeless"] == 3
+        archive = run(server, tasks, attempts=5, resume_count=0)  # seeds, and repairs of the failed ones
+        assert json.loads(archive.get_meta("seeding.attempts"))["hopeless"] == 5
         aside = archive.set_aside_tasks()
-        assert set(aside) == {"hopeless"} and "after 3 LLM attempts" in aside["hopeless"]["reason"]
-        assert archive.child_evaluation_count() == 4  # triple searched from its LLM seed
+        assert set(aside) == {"hopeless"} and "after 5 LLM attempts" in aside["hopeless"]["reason"]
+        assert archive.child_evaluation_count() == 40  # triple searched from its LLM seed
         assert archive.has_elites("triple") and not archive.has_elites("hopeless")
+        seed_prompts = [r["messages"][-1]["content"] for r in server.requests
+                        if "No kernel exists yet" in r["messages"][-1]["content"]]
+        # A later seed prompt shows what the earlier attempts came to, on whichever island.
+        assert any("x * 5.0" in p and "incorrect: wrong values" in p for p in seed_prompts)
+        with sqlite3.connect(tmp_path / "archive.db") as c:
+            made = [op for (op,) in c.execute("select operator from programs where task = 'hopeless'")]
+        assert len(made) == 5 and "llm_repair" in made and made.count("llm_seed") >= 2  # failed seeds repaired
         archive.close()
         before = len(server.requests)
-        archive = run(server, tasks[1:], attempts=5, resume_count=1)  # more attempts allowed on resume
-        assert json.loads(archive.get_meta("seeding.attempts"))["hopeless"] == 5
+        archive = run(server, tasks[1:], attempts=7, resume_count=1)  # more attempts allowed on resume
+        assert json.loads(archive.get_meta("seeding.attempts"))["hopeless"] == 7
         assert len(server.requests) - before == 2
         archive.close()
