@@ -14,8 +14,8 @@ from evo.seeding import Seeding
 from evo.startup import prepare_tasks
 from evo.task import Task
 from islands import Island
-from operators import Context, LLMClient, TunableConstantMutation
-from operators.llm import SEED_STRATEGIES, LLMSeed
+from operators import Context, LLMClient, LLMSeed, TunableConstantMutation
+from operators.llm import SEED_STRATEGIES
 from tests.llm_server import ScriptedLLMServer, completion
 from tests.test_cli import LOCAL, evo
 
@@ -146,11 +146,13 @@ def folder_of(tmp_path, **scales):
     return tasks
 
 
-def llm_run(tmp_path, tasks, server, *extra):
+def llm_run(tmp_path, tasks, server, device="cpu"):
     run_dir = tmp_path / "run"
+    where = [a for a in LOCAL if not a.startswith("evaluator.device=")] + [f"evaluator.device={device}"]
     out = evo("run", f"run.dir={run_dir}", f"task.path={tasks}", "llm.model=openai/scripted",
               f"llm.api_base={server.api_base}", "llm.retries=0", "islands.count=1", "run.budget.evaluations=2",
-              "run.llm_seeds=2", "run.llm_seed_attempts=3", "evaluator.timeout_s=60", *LOCAL, *extra, timeout=600)
+              "run.llm_seeds=2", "run.llm_seed_attempts=3", "evaluator.timeout_s=60", "run.compile_seeds=false",
+              *where, timeout=600)
     return run_dir, out
 
 
@@ -161,11 +163,12 @@ def programs(run_dir) -> list[tuple]:
                          "on e.program_id = p.id order by p.id").fetchall()
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.slow
-def test_the_llm_seeds_a_seedless_task_which_is_then_searched_and_a_hopeless_one_is_set_aside(tmp_path):
+def test_the_llm_seeds_a_seedless_task_which_is_then_searched_and_a_hopeless_one_is_set_aside(tmp_path, device):
     tasks = folder_of(tmp_path, triple="3.0", hopeless="5.0")
     with ScriptedLLMServer(seed_writer) as server:
-        run_dir, out = llm_run(tmp_path, tasks, server)
+        run_dir, out = llm_run(tmp_path, tasks, server, device)
     assert out.returncode == 0, out.stdout + out.stderr
     rows = programs(run_dir)
     seeds = [r for r in rows if r[1] == "triple" and r[2] == "llm_seed"]
