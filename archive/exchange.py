@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from archive import statements as sql
 from evaluator.result import Status
+from evo.program import SEED_OPERATORS
 
 
 class Exchange:
@@ -78,6 +79,6 @@ class Exchange:
             rows = c.execute(select(P.task, P.island, P.operator, E.status, E.speedup, E.speedup_noise)
                              .join(sql.PROGRAMS, P.id == E.program_id).where(P.task.in_(tasks))
                              .order_by(E.id)).all()
-        return [(task, island, operator == "seed",
+        return [(task, island, operator in SEED_OPERATORS,
                  speedup if status == Status.CORRECT.value else None, noise)
                 for task, island, operator, status, speedup, noise in rows]

@@ -19,6 +19,7 @@ from sqlalchemy import and_, case, create_engine, func, inspect, null, select
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive.store import ArchiveError
+from evo.program import SEED_OPERATORS
 from archive.statements import (
     CELLS, CENTROIDS, ENVIRONMENTS, EVALUATIONS, LINEAGE, LLM_CALLS, META, MIGRATIONS, PROGRAMS, SET_ASIDE,
     SHAPE_TIMINGS, STATS,
@@ -90,7 +91,8 @@ class ArchiveReader:
         evals = self._rows(
             select(P.task, func.count(E.id).label("evaluations"),
                    func.count(E.id).filter(E.status == CORRECT).label("correct"),
-                   func.max(case((and_(E.status == CORRECT, P.operator == "seed"), E.speedup))).label("seed_speedup"))
+                   func.max(case((and_(E.status == CORRECT, P.operator.in_(SEED_OPERATORS)), E.speedup)))
+                   .label("seed_speedup"))
             .select_from(EVALUATIONS.join(PROGRAMS, P.id == E.program_id)).group_by(P.task))
         out = {r["task"]: dict(programs=r["programs"], evaluations=0, correct=0, seed_speedup=None) for r in programs}
         for r in evals:
@@ -126,7 +128,7 @@ class ArchiveReader:
 
     def child_evaluation_count(self) -> int:
         return self._one(select(func.count(E.id).label("n")).select_from(EVALUATIONS.join(PROGRAMS, P.id == E.program_id))
-                         .where(P.operator != "seed"))["n"]
+                         .where(P.operator.not_in(SEED_OPERATORS)))["n"]
 
     def migration_counts(self) -> dict[str, int]:
         """Elites placed on another island, by kind (copy, move, reseed; all copies before schema 4)."""

@@ -13,6 +13,7 @@ from sqlalchemy import func, insert, select
 
 from archive import statements as sql
 from evaluator.result import Status
+from evo.program import SEED_OPERATORS
 
 
 class Statistics:
@@ -24,7 +25,7 @@ class Statistics:
             by_status = dict(c.execute(select(E.status, func.count()).join(sql.PROGRAMS, P.id == E.program_id)
                                        .where(P.task == task).group_by(E.status)).all())
             seed_speedup = c.scalar(select(func.max(E.speedup)).join(sql.PROGRAMS, P.id == E.program_id)
-                                    .where(P.task == task, P.operator == "seed",
+                                    .where(P.task == task, P.operator.in_(SEED_OPERATORS),
                                            E.status == Status.CORRECT.value))
         return {
             "programs": programs,
@@ -60,7 +61,7 @@ class Statistics:
 
     def child_evaluation_count(self) -> int:
         """Evaluations of programs the search made (seeds excluded): the budget's unit."""
-        seeds = select(sql.PROGRAMS.c.id).where(sql.PROGRAMS.c.operator == "seed")
+        seeds = select(sql.PROGRAMS.c.id).where(sql.PROGRAMS.c.operator.in_(SEED_OPERATORS))
         with self._tx() as c:
             # All evaluations minus the seeds' (few, found through the operator index).
             total = c.scalar(select(func.count()).select_from(sql.EVALUATIONS))

@@ -78,10 +78,12 @@ def _operators(cfg: DictConfig, llm: LLMClient | None) -> tuple[list[Operator], 
                 raise ConfigError(f"invalid operators.{name} config: {exc}") from None
         if not isinstance(built, Operator):
             raise ConfigError(f"operators.{name} builds {type(built).__name__}, not an Operator")
-        if built.repairs:  # scheduled by the run loop with its probability, never drawn by weight
+        if built.repairs or built.seeds:  # scheduled by the run loop, never drawn by weight
             if float(entry.weight) != 0:
-                raise ConfigError(f"operators.{name} repairs failed children: set its probability, not a weight")
-            if built.probability > 0:
+                raise ConfigError(f"operators.{name} repairs failed children: set its probability, not a weight"
+                                  if built.repairs else f"operators.{name} writes the seeds the run loop asks for "
+                                  "(run.llm_seeds): set its weight to 0")
+            if built.seeds or built.probability > 0:
                 operators.append(built)
                 weights.append(0.0)
         elif float(entry.weight) > 0:
@@ -124,6 +126,7 @@ def build(cfg: DictConfig) -> Components:
             proposals_per_island=int(cfg.run.proposals_per_island), inspirations=int(cfg.run.inspirations),
             prepared_per_island=None if prepared is None else int(prepared),
             max_failed_proposals=int(cfg.run.max_failed_proposals), stats_interval=int(cfg.run.stats_interval),
+            llm_seeds=int(cfg.run.get("llm_seeds", 4)), llm_seed_attempts=int(cfg.run.get("llm_seed_attempts", 12)),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

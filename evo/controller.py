@@ -7,14 +7,15 @@ archive, so every state change is one transaction from one writer.
 With LLM operators, an :class:`operators.steering.LLMSteering` picks each
 proposal's model and holds the budgets (proposing stops cleanly when they
 are spent), learns from which children improved, and schedules the repair
-of failed children (at most one attempt each, with a set probability).
+of failed children (at most one attempt each, with a set probability).  A task
+without a correct program is asked seed proposals (no parent) while ``evo.seeding``
+allows, and set aside when none can come.
 """
 from __future__ import annotations
 
 import itertools
 import json
 import sys
-import time
 from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Callable, NamedTuple
@@ -23,16 +24,18 @@ import numpy as np
 
 from archive import Archive, Insert
 from evaluator import EvalResult, Status
+from evo.feedback import Feedback
 from evo.inspiration import BestThenRandom, Inspiration
 from evo.kernel_source import normalized_hash
-from evo.program import Program
+from evo.pacing import Pacing
+from evo.program import SEED, SEED_OPERATORS, Program
 from evo.run_settings import RunSettings
+from evo.seeding import ATTEMPTS_META, Seeding
 from evo.selection import Selection, Uniform
 from evo.task import Task
 from islands.migration import MigrationSettings, round_rng
 from islands.stagnation import RESEEDS_META, Stagnation
 from operators.base import Context, Proposal
-from operators.llm import LLMRepair
 from operators.meta_prompt import STATE_KEY as PROMPTS_STATE  # the fragments and their scores, with the RNG
 from operators.steering import LLMSteering
 
@@ -51,7 +54,7 @@ class _Out(NamedTuple):
 
     island: int
     task: str
-    parent: Program
+    parent: Program | None  # None: a seed proposal
     inspirations: list[Program]
     model: str | None  # the LLM model picked for it (None: offline only)
     fragment: int | None  # the prompt fragment it was asked with (meta-prompt evolution)
@@ -61,7 +64,7 @@ class Controller:
     def __init__(self, *, settings: RunSettings, tasks: list[Task], archive: Archive, backend,
                  migration: MigrationSettings, events: Events = _no_events, resume_count: int = 0,
                  selection: Selection | None = None, inspiration: Inspiration | None = None,
-                 steering: LLMSteering | None = None):
+                 steering: LLMSteering | None = None, seeding: Seeding | None = None):
         self.settings = settings
         self.tasks = {t.name: t for t in tasks}
         self.archive = archive
@@ -71,6 +74,7 @@ class Controller:
         self.inspiration = inspiration or BestThenRandom()
         self.events = events
         self.steering = steering
+        self.seeding = seeding if steering is not None else None  # seeds are LLM proposals
         self.rng = np.random.default_rng([settings.seed, 1_000_003, resume_count])
         self.hardware = ""
         self.children_done = 0
@@ -80,14 +84,10 @@ class Controller:
         self._ready: set[str] = set()  # tasks with at least one elite
         self._queue: deque[Program] = deque()
         self._proposals: dict[Future, _Out] = {}
-        self._repairs: deque[Program] = deque()  # failed children waiting for their one repair attempt
-        self._failures: dict[tuple[str, int], deque[dict]] = {}  # (task, island) -> recent failures
-        self._llm_children: dict[int, tuple[str, float | None]] = {}  # program id -> (model, parent fitness)
-        self.prompts = steering.prompts if steering is not None else None
-        self._fragment_children: dict[int, int] = {}  # program id -> the prompt fragment it was asked with
+        self.feedback = Feedback(steering, self.rng, events, settings.failures_shown)
+        self.prompts = self.feedback.prompts
         self._llm_stopped = False
-        self._started: dict[Future, float] = {}  # when each proposal or evaluation was submitted
-        self._seconds = {"proposal": 0.0, "evaluation": 0.0}  # moving averages of their durations
+        self._pacing = Pacing(backend.evaluator_count)
         self._evaluations: dict[Future, tuple[int, Program]] = {}
         self._idle = deque(range(backend.evaluator_count))
         self._in_flight_hashes: set[tuple[str, str]] = set()
@@ -97,9 +97,8 @@ class Controller:
 
     # -- bookkeeping ---------------------------------------------------------
     def _committed(self) -> int:
-        children_waiting = sum(p.operator != "seed" for p in self._queue)
-        children_running = sum(p.operator != "seed" for _, p in self._evaluations.values())
-        return self.children_done + children_waiting + children_running + len(self._proposals)
+        children = sum(p.operator not in SEED_OPERATORS for p in self._waiting())
+        return self.children_done + children + sum(out.parent is not None for out in self._proposals.values())
 
     def _enqueue(self, program: Program) -> None:
         self._queue.append(program)
@@ -109,6 +108,8 @@ class Controller:
         meta = {RNG_META: json.dumps(self.rng.bit_generator.state), SEQUENCE_META: str(self._sequence)}
         if self.prompts is not None:
             meta[PROMPTS_STATE] = json.dumps(self.prompts.state())
+        if self.seeding is not None:
+            meta.update(self.seeding.meta())
         return meta
 
     def _start(self) -> None:
@@ -119,6 +120,8 @@ class Controller:
         pool = self.archive.get_meta(PROMPTS_STATE)
         if pool is not None and self.prompts is not None:
             self.prompts.restore(json.loads(pool))
+        if self.seeding is not None:
+            self.seeding.restore(self.archive.get_meta(ATTEMPTS_META))
         self.children_done = self.archive.child_evaluation_count()
         self._ready = {name for name in self.tasks if self.archive.has_elites(name)}
         if self.migration.reseed_after > 0 and self.backend.island_count > 1:
@@ -135,10 +138,8 @@ class Controller:
             for source in task.seeds:  # a seed file added since the last start counts too
                 if not self.archive.find_duplicate(task.name, source):
                     self._enqueue(self.archive.add_program(task=task.name, island=0, generation=0,
-                                                           operator="seed", source=source))
-            if task.name not in self._ready and not self._pending(task.name) and self.steering is None:
-                self._set_aside(task.name, "seed_evaluation", "none of its seed kernels was correct "
-                                "(evaluated by an earlier start of this run)")
+                                                           operator=SEED, source=source))
+            self._check_unseeded(task.name, "evaluated by an earlier start of this run")
         self.events("start", children_done=self.children_done, requeued=len(self._queue),
                     budget=self.settings.budget_evaluations)
 
@@ -168,10 +169,10 @@ class Controller:
             done, _ = wait([*self._proposals, *self._evaluations], return_when=FIRST_COMPLETED)
             for future in done:
                 if future in self._proposals:
-                    self._timed(future, "proposal")
+                    self._pacing.finished(future, "proposal")
                     self._on_proposal(future, *self._proposals.pop(future))
                 else:
-                    self._timed(future, "evaluation")
+                    self._pacing.finished(future, "evaluation")
                     self._on_evaluation(future, *self._evaluations.pop(future))
             if self.failed_in_a_row >= self.settings.max_failed_proposals and not stalled:
                 stalled = True
@@ -189,14 +190,14 @@ class Controller:
             task = self.tasks[program.task]
             future = self.backend.evaluate(worker, task.name, task.source, program.source)
             self._evaluations[future] = (worker, program)
-            self._started[future] = time.monotonic()
+            self._pacing.started(future)
 
     def _start_proposals(self) -> None:
         islands, requests = self.backend.island_count, self.settings.proposals_per_island
         most = self.settings.proposals_held(self.steering is not None)
         # island -> its proposals out (one that came back holds no request: its island has room)
         held = Counter(out.island for future, out in self._proposals.items() if not future.done())
-        backlog = self._backlog()
+        backlog = self._pacing.backlog()
         for _ in range(most * islands):
             left = self.settings.budget_evaluations - self._committed()
             # Proposals prepared beyond an island's requests only while more than a wave of the budget
@@ -204,23 +205,27 @@ class Controller:
             # island's slot stood idle.
             cap = most if left > requests * islands else requests
             room = [i for i in range(islands) if held[i] < cap]
+            seed_for = self._seed_task()  # seeds are outside the evaluation budget
             if (not room or len(self._proposals) >= most * islands or len(self._queue) >= backlog
-                    or not self._ready or left <= 0):
+                    or (seed_for is None and (not self._ready or left <= 0))):
                 return
             model = None
             if self.steering is not None:
                 model = self.steering.begin(self.rng)
-                if model is None and not self.steering.offline_operators:
+                if model is None and (not self.steering.offline_operators or not self._ready or left <= 0):
                     self._llm_budget_spent()
                     return  # wait for requests in flight; the run ends when nothing is left
-            if self._repairs and model is not None and self._repairs[0].island in room:
-                parent, repair = self._repairs.popleft(), True
-                island, task_name, inspirations = parent.island, parent.task, []
+            # The island with the fewest proposals out, then the fewest so far: a proposal given to an
+            # island whose requests are all out waits there while another's slot may be idle.
+            island = min(room, key=lambda i: (held[i], self._island_shares[i], i))
+            repair = self._next_repair(room, left) if model is not None else None
+            attempt, inspirations = 0, []
+            if repair is not None:
+                parent, island, task_name = repair, repair.island, repair.task
+            elif seed_for is not None and model is not None:
+                parent, task_name = None, seed_for
+                attempt = self.seeding.attempts[task_name] + self._attempts_out()[task_name]
             else:
-                # The island with the fewest proposals out, then the fewest so far: a proposal given to an
-                # island whose requests are all out waits there while another's slot may be idle.
-                repair = False
-                island = min(room, key=lambda i: (held[i], self._island_shares[i], i))
                 task_name = next(t for t in self._task_cycle[island] if t in self._ready)
                 parent = self.archive.sample_parent(task_name, island, self.rng, self.selection)
                 inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations,
@@ -230,42 +235,47 @@ class Controller:
             self._sequence += 1
             context = Context(task_name=task.name, task_source=task.source, parent=parent,
                               inspirations=inspirations, hardware=self.hardware, sequence=self._sequence,
-                              failures=list(self._failures.get((task_name, island), ())), model=model,
-                              llm_allowed=self.steering is None or model is not None, repair=repair,
-                              guidance=fragment.text if fragment is not None else "")
+                              failures=self.feedback.failures(task_name, island if parent else None), model=model,
+                              llm_allowed=self.steering is None or model is not None, repair=repair is not None,
+                              attempt=attempt, guidance=fragment.text if fragment is not None else "")
             future = self.backend.propose(island, context)
             held[island] += 1
             self._island_shares[island] += 1
             self._proposals[future] = _Out(island, task_name, parent, inspirations, model,
                                            fragment.id if fragment is not None else None)
-            self._started[future] = time.monotonic()
+            self._pacing.started(future)
 
-    def _backlog(self) -> int:
-        """Back-pressure: children may wait for an evaluator as long as the evaluators drain them
-        before a proposal started now comes back (at least two per evaluator)."""
-        workers = self.backend.evaluator_count
-        proposal_s, evaluation_s = self._seconds["proposal"], self._seconds["evaluation"]
-        if proposal_s and evaluation_s:
-            return max(2 * workers, int(workers * proposal_s / evaluation_s))
-        return 2 * workers
+    def _next_repair(self, room: list[int], left: int) -> Program | None:
+        """The failed child to repair now, if its island has room; repairing a child of a task without a
+        correct program is an attempt at its first kernel, dropped once the task may make no more."""
+        repairs = self.feedback.repairs
+        while repairs and left > 0 and repairs[0].island in room:
+            program = repairs.popleft()
+            if (program.task in self._ready or self.seeding is None
+                    or self.seeding.may_attempt(program.task, self._attempts_out()[program.task])):
+                return program
+        return None
 
-    def _timed(self, future: Future, kind: str) -> None:
-        started = self._started.pop(future, None)
-        if started is not None:
-            seconds, average = time.monotonic() - started, self._seconds[kind]
-            self._seconds[kind] = seconds if not average else 0.8 * average + 0.2 * seconds
+    def _attempts_out(self) -> Counter:
+        """Proposals under way for each task without a correct program (attempts not yet counted)."""
+        return Counter(out.task for out in self._proposals.values() if out.task not in self._ready)
+
+    def _seed_task(self) -> str | None:
+        """The task the next seed proposal is for (evo.seeding), if any: not one whose seed kernels
+        are still to be evaluated."""
+        if self.seeding is None or len(self._ready) == len(self.tasks):
+            return None
+        waiting = self._waiting()
+        shipped = {p.task for p in waiting if p.operator == SEED}
+        unready = [name for name in self.tasks if name not in self._ready and name not in shipped]
+        return self.seeding.next_task(unready, self._attempts_out(), Counter(p.task for p in waiting))
 
     def _llm_budget_spent(self) -> None:
         if self.steering.budget.exhausted and not self._llm_stopped:
             self._llm_stopped = True
             self.events("llm_budget_spent", **self.steering.budget.status())
 
-    def _note_failure(self, task: str, island: int, operator: str, status: str, reason: str) -> None:
-        recent = self._failures.setdefault((task, island), deque(maxlen=self.settings.failures_shown))
-        recent.append({"operator": operator, "status": status, "reason": reason.splitlines()[0][:300]
-                       if reason else ""})
-
-    def _on_proposal(self, future: Future, island: int, task: str, parent: Program,
+    def _on_proposal(self, future: Future, island: int, task: str, parent: Program | None,
                      inspirations: list[Program], model: str | None, fragment: int | None) -> None:
         try:
             proposal: Proposal = future.result()
@@ -275,6 +285,9 @@ class Controller:
             self.steering.finish(model, proposal.llm_calls)
             model = proposal.llm_calls[-1]["model"] if proposal.llm_calls else None
         failure = proposal.note if proposal.source is None else None
+        attempt = self.seeding is not None and task not in self._ready  # at the task's first correct kernel
+        if attempt:
+            self.seeding.attempted(task)
         if failure is None:
             source_hash = proposal.source_hash or normalized_hash(proposal.source)
             if ((task, source_hash) in self._in_flight_hashes
@@ -283,27 +296,24 @@ class Controller:
         if failure is None:
             self.failed_in_a_row = 0
             program = self.archive.add_program(
-                task=task, island=island, generation=parent.generation + 1, operator=proposal.operator,
-                source=proposal.source, parent_ids=(parent.id, *proposal.mates),
+                task=task, island=island, generation=parent.generation + 1 if parent else 0,
+                operator=proposal.operator, source=proposal.source,
+                parent_ids=(*((parent.id,) if parent else ()), *proposal.mates),
                 inspiration_ids=[p.id for p in inspirations if p.id not in proposal.mates],
                 source_hash=source_hash, descriptors=proposal.descriptors, meta=self._rng_meta(),
                 llm_calls=proposal.llm_calls)  # one transaction: the program, its requests, the RNG state
             self._enqueue(program)
-            if model is not None:
-                self._llm_children[program.id] = (model, parent.fitness)
-            if fragment is not None and proposal.llm_calls:  # an offline operator's child used no prompt
-                self._fragment_children[program.id] = fragment
+            self.feedback.made(program, model, parent, fragment, bool(proposal.llm_calls))
         else:
             self.failed_in_a_row += 1
-            if model is not None:
-                self.steering.ensemble.reward(model, False)
-            if fragment is not None and proposal.llm_calls:
-                self._reward_fragment(fragment, False)
-            if proposal.operator != "none" and not failure.startswith("duplicate"):
-                self._note_failure(task, island, proposal.operator, "no child", failure)
+            self.feedback.failed(task, island, proposal.operator, failure, model, fragment, bool(proposal.llm_calls))
             self.events("proposal_failed", task=task, island=island, operator=proposal.operator, reason=failure)
             self.archive.record_llm_calls(proposal.llm_calls, task=task, island=island,
                                           operator=proposal.operator, program_id=None)
+            if attempt:
+                for key, value in self.seeding.meta().items():
+                    self.archive.set_meta(key, value)
+                self._check_unseeded(task, f"no kernel: {failure}")
 
     def _on_evaluation(self, future: Future, worker: int, program: Program) -> None:
         self._idle.append(worker)
@@ -325,16 +335,13 @@ class Controller:
             self.hardware = result.device
         if insert is not Insert.NOT_ADDED:
             self._ready.add(program.task)
-        if program.operator != "seed":
-            self._learn(program, result, insert)
+        if program.operator != SEED:  # made by an operator: its model, prompt and repair learn from it
+            self.feedback.evaluated(program, result, insert)
         speedup = result.speedup if result.correct else None
-        if program.operator == "seed":
-            # Every island starts from the seeds.
-            self.archive.migrate(program.task, [(0, i) for i in range(1, self.backend.island_count)], 1 << 30)
+        if program.operator in SEED_OPERATORS:  # every island starts from the seeds
+            self.archive.migrate(program.task, [(program.island, i) for i in range(self.backend.island_count)
+                                                if i != program.island], 1 << 30)
             self.stagnation.seeded(program.task, speedup)
-            if program.task not in self._ready and not self._pending(program.task) and self.steering is None:
-                self._set_aside(program.task, "seed_evaluation",
-                                f"its seed kernels all failed; the last: {result.status.value}: {result.reason}")
         else:
             if self.stagnation.evaluated(program.task, program.island, speedup, result.speedup_noise):
                 self._reseed(program.task, program.island)
@@ -345,10 +352,22 @@ class Controller:
                 self._record_stats()
         self.events("evaluated", program=program, result=result, insert=insert.value,
                     children_done=self.children_done, in_flight=self._in_flight())
+        self._check_unseeded(program.task, f"{result.status.value}: {result.reason}")
 
-    def _pending(self, task: str) -> bool:
-        """A program of ``task`` waits for its evaluation or is being evaluated."""
-        return any(p.task == task for p in [*self._queue, *(p for _, p in self._evaluations.values())])
+    def _waiting(self) -> list[Program]:
+        """Programs waiting for their evaluation or being evaluated."""
+        return [*self._queue, *(p for _, p in self._evaluations.values())]
+
+    def _check_unseeded(self, task: str, last: str) -> None:
+        """A task without a correct program, with nothing of it under way, is set aside when no seed can
+        come any more (``last``: what the last attempt came to)."""
+        if (task in self._ready or any(p.task == task for p in self._waiting())
+                or any(out.task == task for out in self._proposals.values())):
+            return
+        if self.seeding is None:
+            self._set_aside(task, "seed_evaluation", f"its seed kernels all failed ({last})")
+        elif self.seeding.exhausted(task):
+            self._set_aside(task, "seed_evaluation", self.seeding.reason(task, last))
 
     def _set_aside(self, task: str, stage: str, reason: str) -> None:
         """The task is not searched further: recorded with why, and shown by status and report."""
@@ -366,32 +385,6 @@ class Controller:
         if self.steering is not None:
             state["llm_usd"] = round(self.steering.budget.spent_usd, 4)
         return state
-
-    def _learn(self, program: Program, result: EvalResult, insert: Insert) -> None:
-        """Feed an evaluated child back: the bandit's reward, the island's failures, a repair."""
-        model, parent_fitness = self._llm_children.pop(program.id, (None, None))
-        fragment = self._fragment_children.pop(program.id, None)
-        improved = insert is not Insert.NOT_ADDED or (
-            result.correct and result.speedup is not None and (parent_fitness is None
-                                                               or result.speedup > parent_fitness))
-        if model is not None:
-            self.steering.ensemble.reward(model, improved)
-        if fragment is not None:
-            self._reward_fragment(fragment, improved)
-        if result.correct:
-            return
-        self._note_failure(program.task, program.island, program.operator, result.status.value, result.reason)
-        steering = self.steering
-        if (steering is not None and steering.repair_probability > 0 and program.operator != LLMRepair.name
-                and self.rng.random() < steering.repair_probability):
-            program.result = result
-            self._repairs.append(program)
-
-    def _reward_fragment(self, fragment: int, improved: bool) -> None:
-        bred = self.prompts.reward(fragment, improved, self.rng)
-        if bred is not None:
-            self.events("prompt_bred", fragment=bred.id, parents=bred.parents, text=" ".join(bred.sentences),
-                        pool=len(self.prompts.fragments))
 
     def _record_stats(self) -> None:
         self.archive.record_stats(list(self.tasks), self.backend.island_count, self.children_done)

@@ -5,6 +5,11 @@ from dataclasses import dataclass, field
 
 from evaluator.result import EvalResult
 
+SEED = "seed"  # a seed kernel shipped with the task or derived from torch.compile
+LLM_SEED = "llm_seed"  # a first kernel an LLM wrote from the reference, for a task that had no seed
+# Programs a task starts from: no parent, outside the evaluation budget, the task's seed speedup.
+SEED_OPERATORS = (SEED, LLM_SEED)
+
 
 @dataclass
 class Program:

@@ -8,6 +8,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from evo.program import SEED_OPERATORS
+
 
 class RunEvents:
     """Receives the controller's events; shows them and appends them to ``events.jsonl``."""
@@ -47,7 +49,7 @@ class RunEvents:
             fields.update(program_id=program.id, task=program.task, island=program.island,
                           operator=program.operator, status=result.status.value, speedup=result.speedup,
                           reason=result.reason[:200])
-            if program.operator == "seed" and not result.correct:
+            if program.operator in SEED_OPERATORS and not result.correct:
                 self.console.print(f"[yellow]seed of {program.task} is {result.status.value}: {result.reason}")
         self._write(kind, fields)
         if kind == "stalled":

@@ -18,6 +18,8 @@ class RunSettings:
     max_failed_proposals: int = 200  # in a row, before the run stops proposing
     stats_interval: int = 8  # child evaluations between entries of the QD statistics history
     failures_shown: int = 5  # recent failures on an island shown to LLM operators
+    llm_seeds: int = 4  # seed proposals (and their programs not yet evaluated) at a time per task without one
+    llm_seed_attempts: int = 12  # LLM proposals for a task without a correct program before it is set aside
 
     def __post_init__(self):
         if self.budget_evaluations < 0:
@@ -28,6 +30,8 @@ class RunSettings:
             raise ValueError("run.prepared_per_island must be >= 0 or null")
         if self.stats_interval < 1:
             raise ValueError("run.stats_interval must be >= 1")
+        if self.llm_seeds < 0 or self.llm_seed_attempts < 0:
+            raise ValueError("run.llm_seeds and run.llm_seed_attempts must be >= 0 (0: no LLM seeds)")
 
     @property
     def prepared(self) -> int:

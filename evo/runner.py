@@ -24,6 +24,7 @@ from evo.startup import nothing_to_search, prepare_tasks
 from evo.progress import RunEvents
 from evo.resume import Override, held_by_run, open_reader, store_sources, tasks_to_resume
 from evo.seed_store import store_seed, stored_seed
+from evo.seeding import llm_seeding
 from evo.summary import summary_rows, summary_table
 from islands import Island, LocalBackend
 
@@ -156,11 +157,12 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
     for line in [*(f"override {o.line()}" for o in overrides), *notes]:
         console.print(f"  {line}", soft_wrap=True, markup=False)
     backend = make_backend(c, device, gpus, resume_count)
+    seeding = llm_seeding(c.run, c.operators, c.steering is not None)  # the LLM writes missing seeds
     earlier = open_reader(c.archive_url) if resuming else None
     try:
         aside_before, has_programs = _earlier_state(earlier)
         prepared = prepare_tasks(c.tasks, backend, on_gpu=device == "cuda", compile_seeds=c.compile_seeds,
-                                 llm=c.llm is not None, earlier=aside_before, has_programs=has_programs,
+                                 llm=seeding is not None, earlier=aside_before, has_programs=has_programs,
                                  console=console, stored=(lambda t: stored_seed(earlier, t)) if earlier else None)
         if not prepared.tasks and not resuming:  # a failed start leaves no run state
             raise TaskError(nothing_to_search(prepared.set_aside + prepared.kept_aside))
@@ -207,7 +209,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
             controller = Controller(
                 settings=c.run, tasks=tasks, archive=archive, backend=backend, migration=c.migration,
                 events=events, resume_count=resume_count, selection=c.selection, inspiration=c.inspiration,
-                steering=c.steering)
+                steering=c.steering, seeding=seeding)
             controller.run()
         except ArchiveError as exc:
             raise ArchiveError(f"{exc}; every committed change is kept: run `evo run run.dir={run_dir}` "

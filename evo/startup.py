@@ -49,8 +49,8 @@ class Prepared:
 def seedless(task: Task, tried: str) -> str:
     """The message of a task that has no seed, naming both ways out."""
     return (f"{task.path} has no seed kernel ({tried}): ship one as seeds/{Path(task.path).name} beside the "
-            "problem file (or name it with SEED = 'path.py'), or set llm.model so that an LLM writes the first "
-            "kernels")
+            "problem file (or name it with SEED = 'path.py'), or set llm.model (with run.llm_seeds > 0) so that "
+            "an LLM writes the first kernels")
 
 
 def prepare_tasks(tasks: list[Task], backend, *, on_gpu: bool, compile_seeds: bool, llm: bool,

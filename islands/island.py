@@ -39,9 +39,10 @@ class Island:
         self.descriptors = tuple(descriptors)
         self.operators = list(operators)
         self.weights = np.asarray(weights, dtype=float)
-        if sum(w for w, op in zip(weights, operators) if not op.repairs) <= 0:
-            raise ValueError("an island needs an operator with a positive weight besides repair operators")
+        if sum(w for w, op in zip(weights, operators) if not (op.repairs or op.seeds)) <= 0:
+            raise ValueError("an island needs an operator with a positive weight besides repair and seed operators")
         self.repair = next((op for op in operators if op.repairs), None)
+        self.seeder = next((op for op in operators if op.seeds), None)
         # For proposals without a sequence number: one stream per (run seed, island, resume count).
         self.rng = np.random.default_rng([seed, index, stream])
         if requests is not None and requests < 1:
@@ -61,7 +62,9 @@ class Island:
     def _draw(self, context: Context, rng: np.random.Generator) -> Operator | str:
         if context.repair:
             return self.repair or "no repair operator is configured"
-        usable = [not op.repairs and (context.llm_allowed or not op.needs_llm) for op in self.operators]
+        if context.parent is None:
+            return self.seeder or "no seed operator is configured"
+        usable = [not (op.repairs or op.seeds) and (context.llm_allowed or not op.needs_llm) for op in self.operators]
         weights = self.weights * np.asarray(usable, dtype=float)
         if weights.sum() <= 0:
             return "the LLM budget is spent and no offline operator is configured"
@@ -84,7 +87,7 @@ class Island:
         operator = self._draw(context, rng)
         if isinstance(operator, str):
             return Proposal("none", None, operator)
-        if operator.needs_llm and not context.repair and not context.target:
+        if operator.needs_llm and not context.repair and not context.target and context.parent is not None:
             context.target = self._target(context.parent.descriptors, rng)
         context.request_slots = self._request_slots
         try:
@@ -100,7 +103,8 @@ class Island:
             except Exception as exc:  # the proposal still carries its LLM calls: they are accounted
                 proposal.note, proposal.source = f"analysing the child raised {type(exc).__name__}: {exc}", None
                 return proposal
-            if proposal.source_hash == (context.parent.source_hash or normalized_hash(context.parent.source)):
+            parent = context.parent
+            if parent is not None and proposal.source_hash == (parent.source_hash or normalized_hash(parent.source)):
                 proposal.note, proposal.source = "the child is identical to its parent", None
                 return proposal
             proposal.descriptors = descriptors

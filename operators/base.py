@@ -16,7 +16,7 @@ class Context:
 
     task_name: str
     task_source: str
-    parent: Program
+    parent: Program | None  # None: a seed proposal, the first kernels of a task without one
     inspirations: list[Program] = field(default_factory=list)  # other elites of the task, any island
     hardware: str = ""
     failures: list[dict] = field(default_factory=list)  # recent failures on the island: operator, status, reason
@@ -25,6 +25,7 @@ class Context:
     repair: bool = False  # ``parent`` is a failed child (with its result) for a repair operator to fix
     target: dict[str, str] = field(default_factory=dict)  # a cell to aim for, {descriptor: bin}; set by the island
     sequence: int | None = None  # the run's proposal number: the island seeds this proposal's RNG with it
+    attempt: int = 0  # a seed proposal's number among its task's: the seed operator varies its strategy by it
     guidance: str = ""  # advice for an LLM operator's prompt: an evolving fragment (operators.meta_prompt)
     # Set by the island: an LLM operator holds one of these while its request is out, so an island
     # keeps at most its share of requests in flight while proposals prepared beyond it wait here.
@@ -50,6 +51,7 @@ class Operator(abc.ABC):
     name: str = "operator"
     needs_llm: bool = False
     repairs: bool = False  # run only on a failed child the run loop schedules for repair, never drawn by weight
+    seeds: bool = False  # run only for a seed proposal (no parent) the run loop schedules, never drawn by weight
 
     @abc.abstractmethod
     def propose(self, context: Context, rng: np.random.Generator) -> Proposal:

@@ -1,4 +1,4 @@
-"""LLM operators: rewrite, diff, crossover and repair, each one prompt and one reply.
+"""LLM operators: rewrite, diff, crossover, repair and seed, each one prompt and one reply.
 
 They share one shape: render a template (``operators/prompts/``) from the
 context, ask the model the run's ensemble picked (``Context.model``), and
@@ -12,7 +12,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from evo.program import Program
+from evo.program import LLM_SEED, Program
 from operators.base import Context, Operator, Proposal
 from operators.llm_client import LLMClient
 from operators.prompting import check_template, render
@@ -24,6 +24,7 @@ class LLMOperator(Operator):
 
     needs_llm = True
     default_template = ""
+    temperature: float | None = None  # None: the client's (llm.temperature)
 
     def __init__(self, *, client: LLMClient, template: str | None = None, max_inspirations: int = 2):
         if not isinstance(client, LLMClient):
@@ -35,8 +36,8 @@ class LLMOperator(Operator):
         self.client = client
         self.max_inspirations = max_inspirations
 
-    def extra(self, context: Context, rng: np.random.Generator) -> dict[str, Program] | str:
-        """Programs the template needs beyond the parent, or the reason this operator cannot run."""
+    def extra(self, context: Context, rng: np.random.Generator) -> dict[str, Program | str] | str:
+        """Programs (and words) the template needs beyond the parent, or the reason this operator cannot run."""
         return {}
 
     def child(self, context: Context, reply: str) -> tuple[str | None, str]:
@@ -49,7 +50,8 @@ class LLMOperator(Operator):
         context.inspirations = context.inspirations[: self.max_inspirations]
         prompt = render(self.template, context, **extra)
         with context.request_slots or nullcontext():
-            reply = self.client.complete([{"role": "user", "content": prompt}], model=context.model)
+            reply = self.client.complete([{"role": "user", "content": prompt}], model=context.model,
+                                         temperature=self.temperature)
         calls = [dict(call, prompt=prompt) for call in reply.calls]
         if reply.text is None:
             return Proposal(self.name, None, f"LLM call failed: {reply.error}", calls)
@@ -57,7 +59,8 @@ class LLMOperator(Operator):
             source, why = self.child(context, reply.text)
         except Exception as exc:  # a reply no rule foresaw: the calls it cost are still accounted
             source, why = None, f"the reply could not be used: {type(exc).__name__}: {exc}"
-        return Proposal(self.name, source, why, calls, mates=tuple(p.id for p in extra.values()))
+        return Proposal(self.name, source, why, calls,
+                        mates=tuple(p.id for p in extra.values() if isinstance(p, Program)))
 
 
 class LLMMutation(LLMOperator):
@@ -117,3 +120,43 @@ class LLMRepair(LLMOperator):
         if not context.repair or result is None or result.correct:
             return "repair needs a failed child with its evaluation"
         return {}
+
+
+# Approaches a seed attempt is asked to take, in turn, so that a task's first kernels differ.
+SEED_STRATEGIES = (
+    "the most direct translation: one Triton kernel per operation of the reference",
+    "fuse every elementwise operation into the kernel that produces or consumes its data",
+    "one program per row (or per output tile), with the whole reduction in registers where it fits",
+    "a loop over blocks inside each program, accumulating in float32, so any size fits",
+    "tensor cores through tl.dot for every matrix product or convolution, with 2-D tiles",
+    "a persistent kernel: about one program per SM, each looping over many tiles",
+)
+
+
+class LLMSeed(LLMOperator):
+    """A first kernel for a task that has none, written from the reference alone.
+
+    Never drawn by weight: the run loop asks for seeds for a task without a
+    correct program (``run.llm_seeds`` at a time, ``run.llm_seed_attempts``
+    in all).  Attempt ``n`` of a task is asked for ``strategies[n % len]``, at
+    ``temperature``, so that the first kernels differ from one another.
+    """
+
+    name = LLM_SEED
+    seeds = True
+    default_template = "seed.jinja"
+
+    def __init__(self, *, client: LLMClient, template: str | None = None, strategies: list[str] | None = None,
+                 temperature: float | None = 1.0):
+        super().__init__(client=client, template=template, max_inspirations=0)
+        self.strategies = list(strategies if strategies is not None else SEED_STRATEGIES)
+        if not self.strategies or not all(isinstance(s, str) and s.strip() for s in self.strategies):
+            raise ValueError("a seed operator needs a non-empty list of strategies (sentences)")
+        if temperature is not None and temperature < 0:
+            raise ValueError("the seed temperature must be >= 0 or null (llm.temperature)")
+        self.temperature = temperature
+
+    def extra(self, context: Context, rng: np.random.Generator) -> dict[str, Program | str] | str:
+        if context.parent is not None:
+            return "a seed is written from the reference: its proposal has no parent"
+        return {"strategy": self.strategies[context.attempt % len(self.strategies)]}

@@ -153,8 +153,10 @@ class LLMClient:
                 self._semaphore = asyncio.Semaphore(self.max_in_flight)  # binds to the loop on first use
             return self._loop
 
-    def complete(self, messages: list[dict], *, model: str | None = None, max_tokens: int | None = None) -> Reply:
-        """One request (with retries), blocking this thread; never raises for a model's failure."""
+    def complete(self, messages: list[dict], *, model: str | None = None, max_tokens: int | None = None,
+                 temperature: float | None = None) -> Reply:
+        """One request (with retries), blocking this thread; never raises for a model's failure.
+        ``temperature``: this request's, instead of ``llm.temperature``."""
         model = model or self.model
         if model is None:
             raise LLMError("no LLM model is configured: set llm.model")
@@ -163,14 +165,17 @@ class LLMClient:
         except LLMError as exc:
             return Reply(None, model, error=str(exc), calls=[self._record(model, 0, error=str(exc))])
         loop = self._ensure_loop()
-        future = asyncio.run_coroutine_threadsafe(self._request(model, messages, max_tokens, key), loop)
+        future = asyncio.run_coroutine_threadsafe(self._request(model, messages, max_tokens, key, temperature),
+                                                  loop)
         return future.result()
 
-    async def _request(self, model: str, messages: list[dict], max_tokens: int | None, key: str | None) -> Reply:
+    async def _request(self, model: str, messages: list[dict], max_tokens: int | None, key: str | None,
+                       temperature: float | None = None) -> Reply:
         calls: list[dict] = []
         for attempt in range(self.retries + 1):
             async with self._semaphore:
-                reply, retryable, retry_after = await self._attempt(model, messages, max_tokens, key, attempt)
+                reply, retryable, retry_after = await self._attempt(model, messages, max_tokens, key, attempt,
+                                                                    temperature)
             calls.extend(reply.calls)
             reply.calls = calls
             if reply.text is not None or not retryable or attempt == self.retries:
@@ -182,12 +187,13 @@ class LLMClient:
         raise AssertionError("unreachable")
 
     async def _attempt(self, model: str, messages: list[dict], max_tokens: int | None, key: str | None,
-                       attempt: int) -> tuple[Reply, bool, float | None]:
+                       attempt: int, temperature: float | None = None) -> tuple[Reply, bool, float | None]:
         """One HTTP request: the reply, whether a failure may be retried, and the server's Retry-After."""
         start = time.monotonic()
         try:
             done = await asyncio.wait_for(self._sender.send(
-                model, messages, api_base=self.api_base, api_key=key, temperature=self.temperature,
+                model, messages, api_base=self.api_base, api_key=key,
+                temperature=self.temperature if temperature is None else temperature,
                 max_tokens=max_tokens or self.max_tokens, timeout_s=self.timeout_s,
             ), timeout=2 * self.timeout_s + 10)  # a backstop: the transport's own timeout comes first; the
             # first requests of a process also wait for litellm to import its provider modules

@@ -55,12 +55,13 @@ def program_vars(program: Program) -> dict:
     }
 
 
-def render(template: str, context: Context, **extra: Program) -> str:
-    """The prompt for ``context``; ``extra`` programs (e.g. ``mate``) are rendered like the parent."""
+def render(template: str, context: Context, **extra: Program | str) -> str:
+    """The prompt for ``context``; ``extra`` programs (e.g. ``mate``) are rendered like the parent,
+    other ``extra`` values (a seed's ``strategy``) as they are."""
     return _environment().get_template(template).render(
         hardware=context.hardware, task_source=context.task_source.strip(),
-        parent=program_vars(context.parent),
+        parent=program_vars(context.parent) if context.parent is not None else None,
         inspirations=[program_vars(p) for p in context.inspirations],
         failures=list(context.failures), target=sorted(context.target.items()), guidance=context.guidance,
-        **{name: program_vars(p) for name, p in extra.items()},
+        **{name: program_vars(p) if isinstance(p, Program) else p for name, p in extra.items()},
     )

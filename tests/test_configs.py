@@ -33,10 +33,13 @@ def test_defaults_build_the_offline_search(tmp_path):
 def test_llm_model_enables_the_llm_operators(tmp_path):
     c = build(cfg(f"run.dir={tmp_path}", "llm.model=openai/x", "llm.api_base=http://127.0.0.1:1/v1"))
     names = [op.name for op in c.operators]
-    assert names == ["constants", "param_crossover", "llm_rewrite", "llm_diff", "llm_crossover", "llm_repair"]
+    assert names == ["constants", "param_crossover", "llm_rewrite", "llm_diff", "llm_crossover", "llm_repair",
+                     "llm_seed"]
     assert all(op.client is c.llm for op in c.operators if op.needs_llm) and c.llm.api_base == "http://127.0.0.1:1/v1"
     assert c.weights[names.index("llm_repair")] == 0 and c.steering.repair_probability == 0.5
     assert c.steering.offline_operators and c.steering.budget.usd is None
+    assert c.weights[names.index("llm_seed")] == 0 and c.operators[-1].template == "seed.jinja"
+    assert (c.run.llm_seeds, c.run.llm_seed_attempts) == (4, 12)
 
 
 def test_proposals_prepared_beyond_the_requests_only_with_an_llm(tmp_path):
@@ -97,6 +100,9 @@ def test_public_config_keys_exist():
     ("llm.meta_prompt.enabled=true", "needs llm.model"),
     ("llm.model=openai/x llm.meta_prompt.enabled=true llm.meta_prompt.max_fragments=3", "below the 6 seed"),
     ("llm.model=openai/x operators.llm_repair.weight=1", "set its probability, not a weight"),
+    ("llm.model=openai/x operators.llm_seed.weight=1", r"run.llm_seeds\): set its weight to 0"),
+    ("llm.model=openai/x operators.llm_seed.operator.strategies=[]", "non-empty list of strategies"),
+    ("run.llm_seed_attempts=-1", "run.llm_seeds and run.llm_seed_attempts must be >= 0"),
     ("llm.model=openai/x operators.llm_rewrite.operator.template=nope.jinja", "prompt template 'nope.jinja'"),
 ])
 def test_bad_values_are_config_errors(override, message, tmp_path):
