@@ -248,7 +248,7 @@ def test_attempts_are_counted_in_the_archive_and_a_resume_goes_on_from_them(tmp_
         controller = Controller(settings=RunSettings(dir=str(tmp_path), seed=3, budget_evaluations=40,
                                                      proposals_per_island=2),
                                 tasks=tasks, archive=archive, backend=backend, migration=MigrationSettings(),
-                                resume_count=resume_count, seeding=Seeding(at_once=2, attempts=attempts),
+                                resume_count=resume_count, seeding=Seeding(at_once=1, attempts=attempts),
                                 steering=LLMSteering(models=["openai/scripted"], repair_probability=1.0,
                                                      offline_operators=False))
         try:
