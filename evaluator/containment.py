@@ -250,10 +250,11 @@ def probe(*, network: bool = True, mode: str = "auto", timeout_s: float = 30.0) 
         code = f"from evaluator.containment import _probe_main; _probe_main({network!r}, {mode!r})"
         out = subprocess.run([sys.executable, "-c", code],
                              capture_output=True, text=True, timeout=timeout_s)
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        state = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
-        return {"mode": mode, "processes": "visible", "filesystem": "writable", "network": "shared",
-                "why": {"probe": f"{type(exc).__name__}: {exc}"}}
+        state = {"mode": mode, "processes": "visible", "filesystem": "writable", "network": "shared",
+                 "why": {"probe": f"{type(exc).__name__}: {exc}"}}
+    return dict(state, level=level(state))
 
 
 def _probe_main(network: bool, mode: str) -> None:

@@ -1,0 +1,206 @@
+"""Containment of candidate code (evaluator/containment.py, evaluator/worker.py), on the CPU.
+
+Each hostile candidate does its deed when its module loads, writes what it managed into a
+report in its scratch directory (the one place it may write), and then computes honestly: so
+the evaluation is ``correct`` and the report says what the containment let through.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from evaluator import Evaluator, EvaluatorSettings, Status
+from evaluator.containment import describe, probe
+from evaluator.worker import descendants
+from tests.test_evaluator import TASK, candidate
+
+SECRET = f"sk-test-secret-{uuid.uuid4().hex}"
+REPO = Path(__file__).resolve().parents[1]
+
+# Reads the environment of every process it can list in /proc, and of its ancestors by PPid.
+READ_ENVIRONS = '''
+_os = __import__("o" + "s")
+_found, _listed, _pid = [], [p for p in _os.listdir("/proc") if p.isdigit()], _os.getppid()
+_ancestors = []
+while _pid > 1:
+    _ancestors.append(str(_pid))
+    try:
+        with open(f"/proc/{_pid}/status") as _f:
+            _pid = int(next(l for l in _f if l.startswith("PPid:")).split()[1])
+    except (OSError, StopIteration):
+        break
+for _p in set(_listed + _ancestors):
+    try:
+        with open(f"/proc/{_p}/environ", "rb") as _f:
+            if b"SECRET" in _f.read():
+                _found.append(_p)
+    except OSError:
+        pass
+try:
+    with open("/proc/ENGINE/cmdline", "rb") as _f:
+        _engine = b"pytest" in _f.read()
+except OSError:
+    _engine = False
+with open(_os.environ["EVO_SCRATCH"] + "/report-environ.json", "w") as _f:
+    __import__("json").dump({"found": _found, "listed": len(_listed), "engine_listed": _engine}, _f)
+'''
+
+# Tries to create a file in each of TARGETS, and in its scratch as the control.
+WRITE_FILES = '''
+_os = __import__("o" + "s")
+_written = []
+for _dir in TARGETS + [_os.environ["EVO_SCRATCH"]]:
+    try:
+        with open(_dir + "/NAME", "w") as _f:
+            _f.write("escaped")
+        _written.append(_dir)
+    except OSError:
+        pass
+with open(_os.environ["EVO_SCRATCH"] + "/report-write.json", "w") as _f:
+    __import__("json").dump(_written, _f)
+'''
+
+# Double fork and a new session: a sleeper marked in its argv, and a forked copy of the child that
+# keeps every descriptor the child had (the reply pipe included) open.
+DETACH = '''
+_os = __import__("o" + "s")
+_fork = getattr(_os, "fo" + "rk")
+if _fork() == 0:
+    _os.setsid()
+    if _fork() == 0:
+        getattr(_os, "exe" + "cv")(__import__("sys").executable,
+                                    [__import__("sys").executable, "-c", "import time; time.sleep(300)", "MARKER"])
+    if _fork() == 0:
+        __import__("time").sleep(300)
+    _os._exit(0)
+'''
+
+
+def marked(marker: str) -> list[int]:
+    """Processes of this machine with ``marker`` in their argv."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:
+            pass
+    return pids
+
+
+@pytest.fixture(scope="module", params=["auto", "landlock"])
+def contained(request):
+    """An evaluator whose candidates are contained in the given mode, with what this machine allows."""
+    state = probe(mode=request.param)
+    evaluator = Evaluator(EvaluatorSettings(device="cpu", timeout_s=60, containment=request.param), "cpu")
+    yield evaluator, state
+    evaluator.close()
+
+
+def _report(evaluator, name: str):
+    return json.loads((evaluator.worker.scratch / name).read_text())
+
+
+def test_a_candidate_cannot_read_the_environment_of_other_processes(contained):
+    evaluator, state = contained
+    # A process of this machine whose environment was made with the key (as the engine's is).
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                              env=dict(os.environ, OPENAI_API_KEY=SECRET))
+    try:
+        source = READ_ENVIRONS.replace("SECRET", SECRET).replace("ENGINE", str(holder.pid)) + candidate()
+        result = evaluator.evaluate("double", TASK, source)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.status is Status.CORRECT, result.reason
+    report = _report(evaluator, "report-environ.json")
+    line = describe(state)
+    if state["processes"] == "visible":  # this machine allows neither namespaces nor Landlock: said so
+        assert line.startswith("containment none: processes visible") and "off because" in line
+        pytest.skip(f"this machine allows no protection of other processes: {line}")
+    assert report["found"] == [], line
+    assert result.extra["containment"]["processes"] == state["processes"]
+    if state["processes"].startswith("hidden"):
+        assert report["listed"] < 10  # its own namespace's processes only
+    else:
+        assert "listed, environments closed" in line
+
+
+def test_a_candidate_can_write_only_into_its_scratch(contained, tmp_path):
+    evaluator, state = contained
+    name = f"escaped-{uuid.uuid4().hex[:8]}"
+    targets = [os.getcwd(), str(REPO), os.path.expanduser("~"), str(tmp_path), "/tmp"]
+    source = WRITE_FILES.replace("TARGETS", repr(targets)).replace("NAME", name) + candidate()
+    result = evaluator.evaluate("double", TASK, source)
+    assert result.status is Status.CORRECT, result.reason  # Triton still compiles into its cache
+    if not state["filesystem"].startswith("read-only"):
+        assert "filesystem writable" in describe(state) and state["why"].get("filesystem")
+        pytest.skip(f"this machine allows no read-only filesystem for candidates: {describe(state)}")
+    assert _report(evaluator, "report-write.json") == [str(evaluator.worker.scratch)]
+    assert not [t for t in targets if Path(t, name).exists()]
+
+
+def test_every_process_a_candidate_starts_ends_with_its_evaluation(contained):
+    evaluator, _ = contained
+    marker = f"evo-escapee-{uuid.uuid4().hex[:12]}"
+    started = time.monotonic()
+    result = evaluator.evaluate("double", TASK, DETACH.replace("MARKER", marker) + candidate())
+    took = time.monotonic() - started
+    assert result.status is Status.CORRECT, result.reason
+    assert took < 30, f"the evaluation waited {took:.0f} s for a detached process (timeout: 60 s)"
+    assert marked(marker) == []
+    assert descendants(evaluator.worker._proc.pid) == []
+
+
+def test_an_honest_candidate_is_correct_and_its_containment_recorded(contained):
+    evaluator, state = contained
+    result = evaluator.evaluate("double", TASK, candidate())
+    assert result.status is Status.CORRECT, result.reason
+    recorded = result.extra["containment"]
+    assert recorded["level"] == state["level"] and recorded["filesystem"] == state["filesystem"]
+
+
+def test_containment_off_is_said_plainly():
+    state = probe(mode="off")
+    assert state["level"] == "none"
+    assert describe(state).startswith("containment none: processes visible, filesystem writable")
+    assert "evaluator.containment=off" in describe(state)
+
+
+def test_evo_eval_keeps_the_engines_key_and_answers_despite_a_detached_sleeper(tmp_path):
+    """``evo eval`` started with an API key in its environment, as a user would start it."""
+    marker = f"evo-escapee-{uuid.uuid4().hex[:12]}"
+    task, cand = tmp_path / "double.py", tmp_path / "cand.py"
+    task.write_text(TASK)
+    # If it finds the key anywhere, the candidate fails loudly, with the key in its reason.
+    leak = READ_ENVIRONS.replace("SECRET", SECRET).replace("ENGINE", "0")
+    leak += '\nif _found:\n    raise RuntimeError("found the key in " + repr(_found))\n'
+    cand.write_text(leak + DETACH.replace("MARKER", marker) + candidate())
+    env = dict(os.environ, OPENAI_API_KEY=SECRET, PYTHONPATH=str(REPO))
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "evo.cli", "eval", f"task={task}", f"candidate={cand}",
+                          "evaluator.device=cpu", "evaluator.timeout_s=100"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    took = time.monotonic() - started
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    line = next(l for l in out.stderr.splitlines() if l.startswith("containment "))
+    assert result["status"] == "correct", (result["reason"], line)
+    assert took < 60, f"evo eval took {took:.0f} s: it waited for a detached process"
+    assert marked(marker) == []
+    assert line.split(":")[0].split()[1] == result["extra"]["containment"]["level"]
+
+
+@pytest.mark.slow
+def test_a_run_records_its_containment_and_status_shows_it(small_run, capsys):
+    from evo.cli import main
+
+    recorded = json.loads((small_run / "run.json").read_text())["containment"]
+    assert recorded["level"] in ("full", "partial", "none")
+    assert main(["status", f"run.dir={small_run}"]) == 0
+    assert describe(recorded) in capsys.readouterr().out
