@@ -112,9 +112,13 @@ def _enter_namespaces(network: bool) -> None:
     uid, gid = os.getuid(), os.getgid()
     flags = _CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | (_CLONE_NEWNET if network else 0)
     _check(_libc.unshare(flags), "unshare(user, pid, mount namespaces)")
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"{uid} {uid} 1")
-    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    try:
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    except OSError as exc:  # there is no way back out of the namespace: no evaluation then, and why
+        raise RuntimeError(f"a user namespace was made but its uid map refused ({exc}); "
+                           "set evaluator.containment=landlock") from None
 
 
 def _fork_and_wait() -> None:

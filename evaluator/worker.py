@@ -216,6 +216,9 @@ def run_isolated(request: dict, scratch: Path) -> dict:
             os.close(read_fd)
             _child(request, write_fd, log_path, int(2 * timeout_s) + 60)
         except BaseException:
+            import traceback
+
+            traceback.print_exc()  # into the child's log, whose tail the crash reply carries
             code = 70
         finally:
             os._exit(code)

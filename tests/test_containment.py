@@ -21,6 +21,7 @@ from tests.test_evaluator import TASK, candidate
 
 SECRET = f"sk-test-secret-{uuid.uuid4().hex}"
 REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 120  # an evaluation that waited for a detached process would take this long
 
 # Reads the environment of every process it can list in /proc, and of its ancestors by PPid.
 READ_ENVIRONS = '''
@@ -93,11 +94,16 @@ def marked(marker: str) -> list[int]:
     return pids
 
 
-@pytest.fixture(scope="module", params=["auto", "landlock"])
+@pytest.fixture(scope="module", params=[("cpu", "auto"), ("cpu", "landlock"),
+                                        pytest.param(("cuda", "auto"), marks=pytest.mark.gpu),
+                                        pytest.param(("cuda", "landlock"), marks=pytest.mark.gpu)],
+                ids=lambda p: "-".join(p))
 def contained(request):
     """An evaluator whose candidates are contained in the given mode, with what this machine allows."""
-    state = probe(mode=request.param)
-    evaluator = Evaluator(EvaluatorSettings(device="cpu", timeout_s=60, containment=request.param), "cpu")
+    device, mode = request.param
+    state = probe(mode=mode)
+    settings = EvaluatorSettings(device=device, timeout_s=TIMEOUT_S, containment=mode, compile_baseline=False)
+    evaluator = Evaluator(settings, device, 0 if device == "cuda" else None)
     yield evaluator, state
     evaluator.close()
 
@@ -152,7 +158,7 @@ def test_every_process_a_candidate_starts_ends_with_its_evaluation(contained):
     result = evaluator.evaluate("double", TASK, DETACH.replace("MARKER", marker) + candidate())
     took = time.monotonic() - started
     assert result.status is Status.CORRECT, result.reason
-    assert took < 30, f"the evaluation waited {took:.0f} s for a detached process (timeout: 60 s)"
+    assert took < TIMEOUT_S / 2, f"the evaluation waited {took:.0f} s for a detached process"
     assert marked(marker) == []
     assert descendants(evaluator.worker._proc.pid) == []
 
@@ -172,7 +178,8 @@ def test_containment_off_is_said_plainly():
     assert "evaluator.containment=off" in describe(state)
 
 
-def test_evo_eval_keeps_the_engines_key_and_answers_despite_a_detached_sleeper(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_evo_eval_keeps_the_engines_key_and_answers_despite_a_detached_sleeper(tmp_path, device):
     """``evo eval`` started with an API key in its environment, as a user would start it."""
     marker = f"evo-escapee-{uuid.uuid4().hex[:12]}"
     task, cand = tmp_path / "double.py", tmp_path / "cand.py"
@@ -184,14 +191,15 @@ def test_evo_eval_keeps_the_engines_key_and_answers_despite_a_detached_sleeper(t
     env = dict(os.environ, OPENAI_API_KEY=SECRET, PYTHONPATH=str(REPO))
     started = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "evo.cli", "eval", f"task={task}", f"candidate={cand}",
-                          "evaluator.device=cpu", "evaluator.timeout_s=100"],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+                          f"evaluator.device={device}", f"evaluator.timeout_s={TIMEOUT_S}",
+                          "evaluator.compile_baseline=false"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=4 * TIMEOUT_S)
     took = time.monotonic() - started
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     line = next(l for l in out.stderr.splitlines() if l.startswith("containment "))
     assert result["status"] == "correct", (result["reason"], line)
-    assert took < 60, f"evo eval took {took:.0f} s: it waited for a detached process"
+    assert took < TIMEOUT_S, f"evo eval took {took:.0f} s: it waited for a detached process"
     assert marked(marker) == []
     assert line.split(":")[0].split()[1] == result["extra"]["containment"]["level"]
 
