@@ -179,14 +179,17 @@ def _landlock(writable: list[str]) -> None:
         os.close(ruleset)
 
 
-def enter(writable: list[str], *, network: bool = True, mode: str = "auto") -> dict:
+def enter(writable: list[str], *, network: bool = True, mode: str = "auto", namespaces_off: str = "") -> dict:
     """Contain the calling process (a single-threaded forked child); returns what is on, as
-    :func:`describe` reads it.  With namespaces the caller continues in a new process (PID 1)."""
+    :func:`describe` reads it.  With namespaces the caller continues in a new process, below the
+    namespace's PID 1.  ``namespaces_off``: why not to try namespaces (see :func:`settle`)."""
     writable = sorted({os.path.realpath(p) for p in writable if p and os.path.isdir(p)})
     state = {"mode": mode, "processes": "visible", "filesystem": "writable", "network": "shared", "why": {}}
     why = state["why"]
     if mode == "off":
         why.update(processes="evaluator.containment=off", filesystem="evaluator.containment=off")
+    elif mode == "auto" and namespaces_off:
+        why["namespaces"] = namespaces_off
     elif mode == "auto" and sys.platform == "linux":
         try:
             _enter_namespaces(network)
@@ -248,32 +251,52 @@ def describe(state: dict) -> str:
     return line
 
 
+def _trial(writable: list[str], network: bool, mode: str, namespaces_off: str) -> dict:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            state = enter(writable, network=network, mode=mode, namespaces_off=namespaces_off)
+        except BaseException as exc:  # noqa: BLE001 (reported: the caller tries without namespaces)
+            state = {"error": f"{type(exc).__name__}: {exc}"}
+        os.write(write_fd, json.dumps(state).encode())
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as reply:
+        data = reply.read()
+    os.waitpid(pid, 0)
+    return json.loads(data or b'{"error": "the trial process died"}')
+
+
+def settle(writable: list[str], *, network: bool = True, mode: str = "auto") -> dict:
+    """What :func:`enter` achieves here, tried in a throwaway child of the calling process.  Where
+    entering namespaces fails outright (a user namespace whose uid map is refused, as some AppArmor
+    policies do), it is tried again without them: then ``namespaces_off`` says why, for
+    :func:`enter` in every later child."""
+    state = _trial(writable, network, mode, "")
+    if "error" in state:
+        why = state["error"]
+        state = dict(_trial(writable, network, mode, why), namespaces_off=why)
+    return dict(state, level=level(state)) if "error" not in state else state
+
+
 def probe(*, network: bool = True, mode: str = "auto", timeout_s: float = 30.0) -> dict:
-    """What :func:`enter` achieves on this machine, tried in a throwaway process."""
+    """:func:`settle` in a throwaway process: what candidates get on this machine."""
     try:
         code = f"from evaluator.containment import _probe_main; _probe_main({network!r}, {mode!r})"
-        out = subprocess.run([sys.executable, "-c", code],
-                             capture_output=True, text=True, timeout=timeout_s)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
         state = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        state = {"error": f"{type(exc).__name__}: {exc}"}
+    if "error" in state:
         state = {"mode": mode, "processes": "visible", "filesystem": "writable", "network": "shared",
-                 "why": {"probe": f"{type(exc).__name__}: {exc}"}}
+                 "why": {"probe": state["error"]}}
     return dict(state, level=level(state))
 
 
 def _probe_main(network: bool, mode: str) -> None:
     scratch = tempfile.mkdtemp(prefix="evo-probe-")
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            state = enter([scratch], network=network, mode=mode)
-            os.write(write_fd, json.dumps(state).encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as reply:
-        data = reply.read()
-    os.waitpid(pid, 0)
-    os.rmdir(scratch)
-    print(data.decode())
+    try:
+        print(json.dumps(settle([scratch], network=network, mode=mode)))
+    finally:
+        os.rmdir(scratch)

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from evaluator import containment
+
 FILE_SIZE_LIMIT = 1 << 30  # a runaway candidate cannot fill the disk
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -140,7 +142,8 @@ def _tail(path: Path, limit: int = 3000) -> str:
 def _child(request: dict, write_fd: int, log_path: Path, cpu_limit_s: int) -> None:
     os.setsid()
     die_with_parent()
-    os.close(_protocol_fd)
+    if _protocol_fd >= 0:
+        os.close(_protocol_fd)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -149,12 +152,11 @@ def _child(request: dict, write_fd: int, log_path: Path, cpu_limit_s: int) -> No
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
     # A backstop should the worker itself be stopped before it can enforce the timeout.
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit_s, cpu_limit_s))
-    from evaluator import containment, harness
+    from evaluator import harness
 
-    writable = [request["scratch"], os.environ.get("TRITON_CACHE_DIR"), os.environ.get("TMPDIR")]
-    # With namespaces, what follows runs in a new process: PID 1 of the candidate's namespace.
-    state = containment.enter(writable, network=bool(request.get("isolate_network")),
-                              mode=request.get("containment", "auto"))
+    # With namespaces, what follows runs in a new process, in the candidate's own PID namespace.
+    state = containment.enter(_writable(request), network=bool(request.get("isolate_network")),
+                              mode=request.get("containment", "auto"), namespaces_off=request["namespaces_off"])
     try:
         reply = harness.handle(request)
     except BaseException as exc:  # report, never let the child fall back into the server loop
@@ -169,6 +171,22 @@ def _child(request: dict, write_fd: int, log_path: Path, cpu_limit_s: int) -> No
         written = os.write(write_fd, view)
         view = view[written:]
     os.close(write_fd)
+
+
+def _writable(request: dict) -> list[str]:
+    return [request["scratch"], os.environ.get("TRITON_CACHE_DIR"), os.environ.get("TMPDIR")]
+
+
+_settled: dict[tuple, str] = {}
+
+
+def _namespaces_off(request: dict) -> str:
+    """Why children must not try namespaces here ("" if they may), tried once per setting."""
+    key = (bool(request.get("isolate_network")), request.get("containment", "auto"))
+    if key not in _settled:
+        state = containment.settle(_writable(request), network=key[0], mode=key[1])
+        _settled[key] = state.get("namespaces_off") or state.get("error") or ""
+    return _settled[key]
 
 
 def _read_reply(read_fd: int, pid: int, timeout_s: float, memory_limit: int) -> tuple[bytes, str, int]:
@@ -205,6 +223,7 @@ def _read_reply(read_fd: int, pid: int, timeout_s: float, memory_limit: int) -> 
 def run_isolated(request: dict, scratch: Path) -> dict:
     """Run one request in a forked child; when it answers, times out or uses too much memory, kill
     every process it started (however they detached)."""
+    request["namespaces_off"] = _namespaces_off(request)
     timeout_s = float(request.get("timeout_s", 60))
     memory_limit = int(request.get("memory_limit_mb") or 0) << 20
     log_path = scratch / "child.log"

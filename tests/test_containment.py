@@ -212,3 +212,17 @@ def test_a_run_records_its_containment_and_status_shows_it(small_run, capsys):
     assert recorded["level"] in ("full", "partial", "none")
     assert main(["status", f"run.dir={small_run}"]) == 0
     assert describe(recorded) in capsys.readouterr().out
+
+
+def test_namespaces_that_fail_outright_are_said_and_left_out(monkeypatch, tmp_path):
+    """As where a user namespace is made but its uid map refused (some AppArmor policies)."""
+    from evaluator import containment
+
+    def refused(network):
+        raise RuntimeError("a user namespace was made but its uid map refused")
+
+    monkeypatch.setattr(containment, "_enter_namespaces", refused)
+    state = containment.settle([str(tmp_path)], mode="auto")
+    assert "uid map refused" in state["namespaces_off"]
+    assert "off because: namespaces: RuntimeError: a user namespace was made" in describe(state)
+    assert state["processes"] != "hidden (PID namespace)" and state["level"] != "full"
