@@ -39,6 +39,7 @@ _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
 _SYSCALLS = {"x86_64": (442, 126, 444, 445, 446), "aarch64": (442, 91, 444, 445, 446)}
 _LANDLOCK_WRITES_V1 = sum(1 << b for b in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write file, remove, make *
 _LANDLOCK_REFER, _LANDLOCK_TRUNCATE, _LANDLOCK_WRITE_FILE = 1 << 13, 1 << 14, 1 << 1
+_LANDLOCK_SCOPES = 1 | 2  # abstract unix sockets, signals
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -156,11 +157,12 @@ def _read_only_filesystem(writable: list[str]) -> None:
         _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1g,mode=1777")
 
 
-def _landlock(writable: list[str]) -> None:
+def _landlock(writable: list[str]) -> int:
     abi = _syscall(2, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
     _check(abi, "Landlock")
     handled = _LANDLOCK_WRITES_V1 | (_LANDLOCK_REFER if abi >= 2 else 0) | (_LANDLOCK_TRUNCATE if abi >= 3 else 0)
-    attr = ctypes.c_uint64(handled)
+    # From ABI 6: no signals to, nor abstract unix sockets of, processes outside the domain.
+    attr = (ctypes.c_uint64 * 3)(handled, 0, _LANDLOCK_SCOPES) if abi >= 6 else ctypes.c_uint64(handled)
     ruleset = _check(_syscall(2, ctypes.byref(attr), ctypes.sizeof(attr), 0), "landlock_create_ruleset")
     device_writes = _LANDLOCK_WRITE_FILE | (_LANDLOCK_TRUNCATE if abi >= 3 else 0)
     try:  # /dev: writing to existing devices (null, the GPU's nodes) only; /dev/shm and the rest: anything
@@ -177,6 +179,7 @@ def _landlock(writable: list[str]) -> None:
         _check(_syscall(4, ruleset, 0), "landlock_restrict_self")
     finally:
         os.close(ruleset)
+    return abi
 
 
 def enter(writable: list[str], *, network: bool = True, mode: str = "auto", namespaces_off: str = "") -> dict:
@@ -218,10 +221,11 @@ def enter(writable: list[str], *, network: bool = True, mode: str = "auto", name
             why["network"] = f"unshare(network namespace): {os.strerror(ctypes.get_errno())}"
     if state["filesystem"] == "writable" and sys.platform == "linux" and mode != "off":
         try:
-            _landlock(writable)
+            abi = _landlock(writable)
             state["filesystem"] = "read-only (Landlock)"
             if state["processes"] == "visible":  # Landlock closes ptrace access out of its domain
-                state["processes"] = "listed, environments closed (Landlock)"
+                signals = ", signals blocked" if abi >= 6 else ""
+                state["processes"] = f"listed, environments closed{signals} (Landlock)"
         except (_Failed, OSError) as exc:
             why["filesystem"] = str(exc)
     if mode != "off":

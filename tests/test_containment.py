@@ -42,11 +42,7 @@ for _p in set(_listed + _ancestors):
                 _found.append(_p)
     except OSError:
         pass
-try:
-    with open("/proc/ENGINE/cmdline", "rb") as _f:
-        _engine = b"pytest" in _f.read()
-except OSError:
-    _engine = False
+_engine = _os.path.exists("/proc/ENGINE/environ")
 with open(_os.environ["EVO_SCRATCH"] + "/report-environ.json", "w") as _f:
     __import__("json").dump({"found": _found, "listed": len(_listed), "engine_listed": _engine}, _f)
 '''
@@ -132,9 +128,31 @@ def test_a_candidate_cannot_read_the_environment_of_other_processes(contained):
     assert report["found"] == [], line
     assert result.extra["containment"]["processes"] == state["processes"]
     if state["processes"].startswith("hidden"):
-        assert report["listed"] < 10  # its own namespace's processes only
+        assert report["listed"] < 10 and not report["engine_listed"]  # its own namespace's processes only
     else:
         assert "listed, environments closed" in line
+
+
+def test_a_candidate_cannot_signal_other_processes(contained):
+    evaluator, state = contained
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        kill = f"""
+_os = __import__("o" + "s")
+try:
+    getattr(_os, "ki" + "ll")({target.pid}, 9)
+except OSError:
+    pass
+"""
+        result = evaluator.evaluate("double", TASK, kill + candidate())
+        alive = target.poll() is None
+    finally:
+        target.kill()
+        target.wait()
+    assert result.status is Status.CORRECT, result.reason
+    if not (state["processes"].startswith("hidden") or "signals blocked" in state["processes"]):
+        pytest.skip(f"this machine does not keep candidates from signalling processes: {describe(state)}")
+    assert alive
 
 
 def test_a_candidate_can_write_only_into_its_scratch(contained, tmp_path):
