@@ -19,6 +19,7 @@ machine allows, so ``evo run`` and ``evo eval`` can say what is off and why.
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import platform
@@ -31,7 +32,9 @@ MODES = ("auto", "landlock", "off")  # auto: namespaces, else Landlock; landlock
 
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+_MOUNT_FLAGS = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC, "noatime": 0x400,
+                "nodiratime": 0x800, "relatime": 0x200000}
 _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = -100, 0x8000, 1
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP = 1, 4, 24
 _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
@@ -77,11 +80,37 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
            f"mount {target}")
 
 
-def _set_read_only(path: str, read_only: bool) -> None:
+def _mount_setattr(path: str, read_only: bool) -> None:
     attr = _MountAttr(attr_set=_MOUNT_ATTR_RDONLY if read_only else 0,
                       attr_clr=0 if read_only else _MOUNT_ATTR_RDONLY)
     _check(_syscall(0, _AT_FDCWD, path.encode(), _AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)),
            f"mount_setattr {path}")
+
+
+def _mounts_below(root: str) -> list[tuple[str, set[str]]]:
+    """Mount points at or below ``root`` with their per-mount options, from /proc/self/mountinfo."""
+    below = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            target = fields[4].encode().decode("unicode_escape")  # spaces come as \040
+            if target == root or target.startswith(root.rstrip("/") + "/"):
+                below.append((target, set(fields[5].split(","))))
+    return below
+
+
+def _set_read_only(path: str, read_only: bool) -> None:
+    """Make every mount at or below ``path`` read-only, or writable again."""
+    try:
+        _mount_setattr(path, read_only)
+        return
+    except _Failed:
+        if ctypes.get_errno() != errno.ENOSYS:
+            raise
+    # Before Linux 5.12: one remount per mount, keeping the flags a user namespace may not change.
+    for target, options in _mounts_below(path):
+        kept = sum(bit for name, bit in _MOUNT_FLAGS.items() if name in options)
+        _mount(None, target, None, _MS_BIND | _MS_REMOUNT | kept | (_MS_RDONLY if read_only else 0))
 
 
 def _write(path: str, text: str) -> None:

@@ -244,3 +244,42 @@ def test_namespaces_that_fail_outright_are_said_and_left_out(monkeypatch, tmp_pa
     assert "uid map refused" in state["namespaces_off"]
     assert "off because: namespaces: RuntimeError: a user namespace was made" in describe(state)
     assert state["processes"] != "hidden (PID namespace)" and state["level"] != "full"
+
+
+def test_read_only_mounts_before_linux_5_12(monkeypatch, tmp_path):
+    """Without mount_setattr (Linux < 5.12), each mount is remounted read-only in turn."""
+    import ctypes
+    import errno
+
+    from evaluator import containment
+
+    def missing(path, read_only):
+        ctypes.set_errno(errno.ENOSYS)
+        raise containment._Failed("mount_setattr: Function not implemented")
+
+    monkeypatch.setattr(containment, "_mount_setattr", missing)
+    scratch, outside = tmp_path / "scratch", tmp_path / "outside"
+    scratch.mkdir()
+    outside.mkdir()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        wrote = []
+        try:
+            state = containment.enter([str(scratch)], mode="auto")
+            for folder in (scratch, outside):
+                try:
+                    (folder / "file").write_text("x")
+                    wrote.append(folder.name)
+                except OSError:
+                    pass
+            os.write(write_fd, json.dumps([state["filesystem"], wrote]).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as reply:
+        filesystem, wrote = json.loads(reply.read() or b'["no reply", []]')
+    os.waitpid(pid, 0)
+    if filesystem != "read-only (mount namespace)":
+        pytest.skip(f"this machine allows no mount namespace: {filesystem}")
+    assert wrote == ["scratch"] and not (outside / "file").exists()
