@@ -131,6 +131,28 @@ def drop_privileges() -> None:
     _check(_syscall(1, ctypes.byref(header), ctypes.byref(data)), "capset")
 
 
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (those a candidate detached are reparented to the worker, a
+    child subreaper, so they are below it too)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
 def guard_engine() -> None:
     """Make the calling process (the engine, with its API keys) non-dumpable: its ``/proc/PID/environ``
     and memory are then closed to any process without CAP_SYS_PTRACE, whatever else is on."""

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evaluator.containment import guard_engine
+from evaluator.containment import descendants, guard_engine
 
 # Variables a worker needs to find Python packages, the GPU and compilers.
 _ALLOWED_ENV = (
@@ -117,10 +117,18 @@ class SandboxWorker:
         proc, self._proc = self._proc, None
         if proc is None:
             return
+        # The worker's own group, and what its children detached into other sessions: stopped
+        # mid-evaluation, the worker can no longer kill those itself.
+        below = descendants(proc.pid) if proc.poll() is None else []
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         proc.wait()
         for stream in (proc.stdin, proc.stdout):
             try:

@@ -50,34 +50,12 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
-def descendants(root: int) -> list[int]:
-    """Every process below ``root`` (those a candidate detached were reparented to the worker, a
-    child subreaper, so they are below it too)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        below = children.get(todo.pop(), [])
-        found += below
-        todo += below
-    return found
-
-
 def kill_descendants(rounds: int = 50) -> int:
     """SIGKILL and reap every process below the worker, again until none is left (one may fork
     while the others die); returns how many were killed."""
     killed = 0
     for _ in range(rounds):
-        pids = descendants(os.getpid())
+        pids = containment.descendants(os.getpid())
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -211,7 +189,7 @@ def _read_reply(read_fd: int, pid: int, timeout_s: float, memory_limit: int) -> 
             return data, "exited", status
         if memory_limit:
             if time.monotonic() - refreshed > 1.0:
-                tree, refreshed = [pid, *descendants(pid)], time.monotonic()
+                tree, refreshed = [pid, *containment.descendants(pid)], time.monotonic()
             # The keeper and the PID 1 of a namespace only wait: their pages are the candidate's
             # process's too, not to be counted three times.
             waiting = 2 if len(tree) > 1 and _in_own_pid_namespace(tree[1]) else 0

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
-from evaluator.containment import describe, probe
-from evaluator.worker import descendants
+from evaluator.containment import describe, descendants, probe
 from tests.test_evaluator import TASK, candidate
 
 SECRET = f"sk-test-secret-{uuid.uuid4().hex}"
@@ -179,6 +178,26 @@ def test_every_process_a_candidate_starts_ends_with_its_evaluation(contained):
     assert took < TIMEOUT_S / 2, f"the evaluation waited {took:.0f} s for a detached process"
     assert marked(marker) == []
     assert descendants(evaluator.worker._proc.pid) == []
+
+
+def test_a_worker_stopped_mid_evaluation_leaves_no_detached_process(contained):
+    import threading
+
+    evaluator, _ = contained
+    marker = f"evo-escapee-{uuid.uuid4().hex[:12]}"
+    source = DETACH.replace("MARKER", marker) + "__import__('time').sleep(60)\n" + candidate()
+    evaluating = threading.Thread(target=evaluator.evaluate, args=("double", TASK, source))
+    evaluating.start()
+    deadline = time.monotonic() + 60
+    while not marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marked(marker), "the candidate never started its sleeper"
+    evaluator.worker.close()  # as the engine does when a worker stops answering
+    evaluating.join(timeout=30)
+    deadline = time.monotonic() + 5  # SIGKILL is delivered asynchronously, and through the chain
+    while marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marked(marker) == []
 
 
 def test_an_honest_candidate_is_correct_and_its_containment_recorded(contained):
