@@ -6,7 +6,7 @@ Public names:
     Preparation                                  -- a task to check (and seed) at start-up
     resolve_device                               -- auto|cpu|cuda to a concrete device
 
-Owns the worker processes (``worker``, ``sandbox``) and the procedure run in
+Owns the worker processes (``worker``, ``sandbox``, ``containment``) and the procedure run in
 them (``harness``, ``compare``, ``timing``).  Imports nothing from the other
 packages of the engine.
 """

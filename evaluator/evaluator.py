@@ -5,6 +5,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from evaluator.containment import MODES
 from evaluator.preparation import Preparation, prepare_tasks
 from evaluator.result import EvalResult, Status, trim
 from evaluator.sandbox import SandboxWorker
@@ -49,6 +50,7 @@ class EvaluatorSettings:
     memory_limit_mb: int = 32768  # host memory (RSS) of one evaluation; its process group is killed beyond
     gpu_memory_fraction: float = 0.9  # of the GPU, for one evaluation's allocations
     isolate_network: bool = True  # a private network namespace for candidates, where the OS allows
+    containment: str = "auto"  # auto: namespaces where the OS allows, else Landlock | landlock | off
     prepare_workers: int | None = None  # sandbox workers per device checking references and deriving seeds
     tolerance: str = "strict"  # strict: per-dtype defaults (fp32 1e-4) | kernelbench: atol = rtol = 1e-2
 
@@ -59,6 +61,8 @@ class EvaluatorSettings:
             raise ValueError("evaluator.seeds needs at least one seed")
         if self.compile_timing not in ("live", "cached"):
             raise ValueError(f"evaluator.compile_timing must be live or cached, not {self.compile_timing!r}")
+        if self.containment not in MODES:
+            raise ValueError(f"evaluator.containment must be one of {', '.join(MODES)}, not {self.containment!r}")
         if self.tolerance not in TOLERANCES:
             raise ValueError(f"evaluator.tolerance must be one of {', '.join(TOLERANCES)}, not {self.tolerance!r}")
         if self.prepare_workers is not None and self.prepare_workers < 1:
@@ -102,7 +106,7 @@ class Evaluator:
             "noise_floor": self.settings.noise_floor, "roofline_limit": self.settings.roofline_limit,
             "roofline_peaks": self.settings.roofline_peaks, "memory_limit_mb": self.settings.memory_limit_mb,
             "gpu_memory_fraction": self.settings.gpu_memory_fraction,
-            "isolate_network": self.settings.isolate_network,
+            "isolate_network": self.settings.isolate_network, "containment": self.settings.containment,
             "compile_baseline": self._compile_baseline(), "time_shapes": self.settings.time_shapes,
             "tolerance": TOLERANCES[self.settings.tolerance],
             **extra,

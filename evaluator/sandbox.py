@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from evaluator.containment import descendants, guard_engine
+
 # Variables a worker needs to find Python packages, the GPU and compilers.
 _ALLOWED_ENV = (
     "PATH", "LANG", "LC_ALL", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
@@ -62,6 +64,7 @@ class SandboxWorker:
 
     def start(self) -> None:
         self.close()
+        guard_engine()  # this process may hold API keys: its environ closed to candidates in any case
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         env = worker_environment(self.device, self.cuda_index, self.scratch, self.cache_dir)
         self._log = open(self.scratch / "worker.log", "ab")
@@ -114,10 +117,18 @@ class SandboxWorker:
         proc, self._proc = self._proc, None
         if proc is None:
             return
+        # The worker's own group, and what its children detached into other sessions: stopped
+        # mid-evaluation, the worker can no longer kill those itself.
+        below = descendants(proc.pid) if proc.poll() is None else []
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         proc.wait()
         for stream in (proc.stdin, proc.stdout):
             try:

@@ -3,10 +3,13 @@
 Started by :class:`evaluator.sandbox.SandboxWorker` with a scrubbed
 environment.  It imports torch and triton once (the slow part) and never
 touches the GPU itself, so each forked child starts warm and initialises CUDA
-on its own.  A child runs one request in a new session (process group), with
-its output captured in a log file; the worker kills the whole group when the
-request's timeout passes.  Protocol: one JSON object per line on stdin
-(requests) and on the original stdout (replies).
+on its own.  A child runs one request in a new session, contained as
+:mod:`evaluator.containment` allows (own PID, mount and network namespaces, a
+read-only filesystem but its scratch, no capabilities), with its output
+captured in a log file.  The worker is a child subreaper: once the child's
+length-prefixed reply is in, or its timeout or memory limit is passed, every
+process below the worker is killed, however it detached.  Protocol: one JSON
+object per line on stdin (requests) and on the original stdout (replies).
 """
 from __future__ import annotations
 
@@ -15,14 +18,18 @@ import os
 import resource
 import select
 import signal
+import struct
 import sys
 import time
 from pathlib import Path
 
+from evaluator import containment
+
 FILE_SIZE_LIMIT = 1 << 30  # a runaway candidate cannot fill the disk
-_PR_SET_PDEATHSIG = 1
-_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_HEADER = struct.Struct(">Q")  # a reply's length: complete replies are read without waiting for EOF
+_protocol_fd = -1  # the worker's reply stream, closed in every child: candidates must not hold it
 
 
 def die_with_parent() -> None:
@@ -35,36 +42,43 @@ def die_with_parent() -> None:
         pass
 
 
-def isolate_network() -> str:
-    """Move this process into a new, empty network namespace (loopback down, no routes).
-
-    Needs CAP_SYS_ADMIN, or unprivileged user namespaces (then this process
-    maps itself to its own uid, so file access is unchanged).  Returns what
-    was achieved; containers often allow neither.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.unshare(_CLONE_NEWNET) == 0:
-            return "isolated"
-        uid, gid = os.getuid(), os.getgid()
-        if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
-            return f"not isolated: unshare failed ({os.strerror(ctypes.get_errno())})"
-        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-            with open(f"/proc/self/{name}", "w") as f:
-                f.write(text)
-        return "isolated (user namespace)"
-    except (OSError, AttributeError) as exc:
-        return f"not isolated: {exc}"
-
-
 def _rss_bytes(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def kill_descendants(rounds: int = 50) -> int:
+    """SIGKILL and reap every process below the worker, again until none is left (one may fork
+    while the others die); returns how many were killed."""
+    killed = 0
+    for _ in range(rounds):
+        pids = containment.descendants(os.getpid())
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        if not pids:
+            break
+        time.sleep(0.01)
+    return killed
+
+
+def _in_own_pid_namespace(pid: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return False
 
 
 def describe_environment() -> dict:
@@ -106,6 +120,8 @@ def _tail(path: Path, limit: int = 3000) -> str:
 def _child(request: dict, write_fd: int, log_path: Path, cpu_limit_s: int) -> None:
     os.setsid()
     die_with_parent()
+    if _protocol_fd >= 0:
+        os.close(_protocol_fd)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -114,25 +130,78 @@ def _child(request: dict, write_fd: int, log_path: Path, cpu_limit_s: int) -> No
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
     # A backstop should the worker itself be stopped before it can enforce the timeout.
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit_s, cpu_limit_s))
-    network = isolate_network() if request.get("isolate_network") else "not isolated: disabled"
     from evaluator import harness
 
+    # With namespaces, what follows runs in a new process, in the candidate's own PID namespace.
+    state = containment.enter(_writable(request), network=bool(request.get("isolate_network")),
+                              mode=request.get("containment", "auto"), namespaces_off=request["namespaces_off"])
     try:
         reply = harness.handle(request)
     except BaseException as exc:  # report, never let the child fall back into the server loop
         reply = {"harness_error": f"{type(exc).__name__}: {exc}"}
     if isinstance(reply.get("extra"), dict):
-        reply["extra"]["network"] = network
+        private = state["network"] == "private"
+        reply["extra"]["network"] = "isolated" if private else f"not isolated: {state['why'].get('network')}"
+        reply["extra"]["containment"] = dict(level=containment.level(state), **state)
     data = json.dumps(reply).encode()
-    view = memoryview(data)
+    view = memoryview(_HEADER.pack(len(data)) + data)
     while view:
         written = os.write(write_fd, view)
         view = view[written:]
-    os.close(write_fd)  # the reply is complete: the worker may reap this process now
+    os.close(write_fd)
+
+
+def _writable(request: dict) -> list[str]:
+    return [request["scratch"], os.environ.get("TRITON_CACHE_DIR"), os.environ.get("TMPDIR")]
+
+
+_settled: dict[tuple, str] = {}
+
+
+def _namespaces_off(request: dict) -> str:
+    """Why children must not try namespaces here ("" if they may), tried once per setting."""
+    key = (bool(request.get("isolate_network")), request.get("containment", "auto"))
+    if key not in _settled:
+        state = containment.settle(_writable(request), network=key[0], mode=key[1])
+        _settled[key] = state.get("namespaces_off") or state.get("error") or ""
+    return _settled[key]
+
+
+def _read_reply(read_fd: int, pid: int, timeout_s: float, memory_limit: int) -> tuple[bytes, str, int]:
+    """The child's length-prefixed reply, or why there is none: ``timeout``, ``memory`` or ``exited``
+    (with the child's wait status).  A process the candidate left holding the pipe costs no wait."""
+    data, deadline, tree, refreshed = b"", time.monotonic() + timeout_s, [pid], 0.0
+    while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack_from(data)[0]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return data, "timeout", 0
+        ready, _, _ = select.select([read_fd], [], [], min(remaining, 0.1))
+        if ready:
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                return data, "exited", os.waitpid(pid, 0)[1]
+            data += chunk
+            continue
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        if ended:  # whatever it wrote before it ended is in the pipe already
+            while select.select([read_fd], [], [], 0)[0] and (chunk := os.read(read_fd, 1 << 16)):
+                data += chunk
+            return data, "exited", status
+        if memory_limit:
+            if time.monotonic() - refreshed > 1.0:
+                tree, refreshed = [pid, *containment.descendants(pid)], time.monotonic()
+            # The keeper and the PID 1 of a namespace only wait: their pages are the candidate's
+            # process's too, not to be counted three times.
+            waiting = 2 if len(tree) > 1 and _in_own_pid_namespace(tree[1]) else 0
+            if (used := sum(_rss_bytes(p) for p in tree[waiting:])) > memory_limit:
+                return data, "memory", used
+    return data, "", 0
 
 
 def run_isolated(request: dict, scratch: Path) -> dict:
-    """Run one request in a forked child; kill its process group on timeout or excess memory."""
+    """Run one request in a forked child; when it answers, times out or uses too much memory, kill
+    every process it started (however they detached)."""
+    request["namespaces_off"] = _namespaces_off(request)
     timeout_s = float(request.get("timeout_s", 60))
     memory_limit = int(request.get("memory_limit_mb") or 0) << 20
     log_path = scratch / "child.log"
@@ -144,60 +213,57 @@ def run_isolated(request: dict, scratch: Path) -> dict:
             os.close(read_fd)
             _child(request, write_fd, log_path, int(2 * timeout_s) + 60)
         except BaseException:
+            import traceback
+
+            traceback.print_exc()  # into the child's log, whose tail the crash reply carries
             code = 70
         finally:
             os._exit(code)
     os.close(write_fd)
-    chunks, deadline, timed_out, rss = [], time.monotonic() + timeout_s, False, 0
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            timed_out = True
-            break
-        ready, _, _ = select.select([read_fd], [], [], min(remaining, 0.1))
-        if ready:
-            chunk = os.read(read_fd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        elif memory_limit and (rss := _rss_bytes(pid)) > memory_limit:
-            break
+    data, failure, detail = _read_reply(read_fd, pid, timeout_s, memory_limit)
     os.close(read_fd)
-    over_memory = rss > memory_limit > 0
-    reply = None if timed_out or over_memory else _parse(chunks)
-    if reply is not None or timed_out or over_memory:
-        # With a reply in hand there is nothing left to wait for: the child is reaped at once.
+    if failure != "exited":
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    _, status = os.waitpid(pid, 0)
+        os.waitpid(pid, 0)
+    kill_descendants()
+    reply = _parse(data)
     if reply is not None:
         return reply
-    if over_memory:
-        return {"sandbox": "memory", "reason": f"used {rss >> 20} MiB of host memory, over the limit of "
-                f"{memory_limit >> 20} MiB; process group killed", "log": _tail(log_path)}
-    if timed_out:
-        return {"sandbox": "timeout", "reason": f"no result within {timeout_s:g} s; process group killed",
+    killed = "process group killed, and every process it started"
+    if failure == "memory":
+        return {"sandbox": "memory", "reason": f"used {detail >> 20} MiB of host memory, over the limit of "
+                f"{memory_limit >> 20} MiB; {killed}", "log": _tail(log_path)}
+    if failure == "timeout":
+        return {"sandbox": "timeout", "reason": f"no result within {timeout_s:g} s; {killed}",
                 "log": _tail(log_path)}
+    status = detail
     how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
            else f"exited with code {os.WEXITSTATUS(status)}")
     return {"sandbox": "crashed", "reason": f"the evaluation process {how} without a result",
             "log": _tail(log_path)}
 
 
-def _parse(chunks: list[bytes]) -> dict | None:
-    if not chunks:
-        return None
+def _parse(data: bytes) -> dict | None:
+    if len(data) < _HEADER.size or len(data) - _HEADER.size < _HEADER.unpack_from(data)[0]:
+        return None  # none, or cut short: the child died while writing
     try:
-        return json.loads(b"".join(chunks))
-    except ValueError:  # cut short: the child died while writing
+        return json.loads(data[_HEADER.size:])
+    except ValueError:
         return None
 
 
 def main() -> None:
+    global _protocol_fd
     die_with_parent()
-    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    import ctypes
+
+    # Orphans of a candidate are reparented here, not to init, so kill_descendants finds them.
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _protocol_fd = os.dup(1)
+    protocol = os.fdopen(_protocol_fd, "w", buffering=1)
     os.dup2(2, 1)  # stray prints must not corrupt the protocol stream
     scratch = Path(os.environ.get("EVO_SCRATCH", os.getcwd()))
     import torch  # noqa: F401  (preloaded for the forked children)

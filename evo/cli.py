@@ -106,6 +106,10 @@ def eval_command(args: list[str]) -> int:
         device, _ = resolve_device(settings.device)
     except (EvoError, RuntimeError) as exc:
         return _fail(str(exc))
+    from evaluator.containment import describe, probe
+
+    # One plain line on stderr (stdout's last line stays the result's JSON): what is contained, what not.
+    print(describe(probe(network=settings.isolate_network, mode=settings.containment)), file=sys.stderr)
     evaluator = Evaluator(settings, device, 0 if device == "cuda" else None)
     try:
         check = evaluator.check_task(task.name, task.source)
@@ -133,6 +137,7 @@ def _run_args(args: list[str], usage: str, optional: set[str] = frozenset(),
 
 
 def status_command(args: list[str]) -> int:
+    from evaluator.containment import describe
     from evo.run_view import open_run
     from evo.fast_p import fast_p_rows, task_bests, tolerance_of
     from evo.summary import fast_p_table, fragment_table, model_table, operator_table, phase_line, status_table
@@ -165,6 +170,9 @@ def status_command(args: list[str]) -> int:
         console.print(phases, soft_wrap=True, markup=False)
     moved = ", ".join(f"{n} {kind}" for kind, n in migrations.items()) or "none"
     console.print(f"elites placed on other islands: {moved} (seeds are copied to every island)")
+    contained = run.info.get("containment")
+    console.print(describe(contained) if contained else "containment: not recorded (the run started before "
+                  "evo recorded it)", soft_wrap=True, markup=False)
     return 0
 
 

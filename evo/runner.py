@@ -17,6 +17,7 @@ from rich.console import Console
 
 from archive import Archive, ArchiveError
 from evaluator import Evaluator, resolve_device
+from evaluator.containment import describe, probe
 from evo.config import Components
 from evo.controller import Controller
 from evo.errors import RunDirError, RunError, TaskError
@@ -156,6 +157,9 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
                   soft_wrap=True)
     for line in [*(f"override {o.line()}" for o in overrides), *notes]:
         console.print(f"  {line}", soft_wrap=True, markup=False)
+    contained = probe(network=c.evaluator.isolate_network, mode=c.evaluator.containment)
+    # This host's; each evaluation records its own (other Ray nodes may allow other things).
+    console.print(describe(contained), soft_wrap=True, markup=False)
     backend = make_backend(c, device, gpus, resume_count)
     seeding = llm_seeding(c.run, c.operators, c.steering is not None)  # the LLM writes missing seeds
     earlier = open_reader(c.archive_url) if resuming else None
@@ -170,7 +174,8 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
         lock = _lock_run_dir(run_dir)  # held until this process exits, however it exits
         # run.json first: from then on the directory is a run that a later start resumes.
         write_atomically(run_dir / RUN_FILE, json.dumps(
-            {"tasks": names, "resumes": resume_count, "device": device, "started": time.time()}, indent=1))
+            {"tasks": names, "resumes": resume_count, "device": device, "started": time.time(),
+             "containment": contained}, indent=1))
         if overrides or not (run_dir / "config.yaml").exists():  # the config the run last ran with
             write_atomically(run_dir / "config.yaml", config_yaml)
         version = code_version()
