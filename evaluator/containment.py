@@ -233,10 +233,12 @@ def _landlock(writable: list[str]) -> int:
     return abi
 
 
-def enter(writable: list[str], *, network: bool = True, mode: str = "auto", namespaces_off: str = "") -> dict:
+def enter(writable: list[str], *, network: bool = True, mode: str = "auto", namespaces_off: str = "",
+          landlock_off: str = "") -> dict:
     """Contain the calling process (a single-threaded forked child); returns what is on, as
     :func:`describe` reads it.  With namespaces the caller continues in a new process, below the
-    namespace's PID 1.  ``namespaces_off``: why not to try namespaces (see :func:`settle`)."""
+    namespace's PID 1.  ``namespaces_off``, ``landlock_off``: why not to try namespaces, or Landlock
+    (see :func:`settle`)."""
     writable = sorted({os.path.realpath(p) for p in writable if p and os.path.isdir(p)})
     state = {"mode": mode, "processes": "visible", "filesystem": "writable", "network": "shared", "why": {}}
     why = state["why"]
@@ -270,7 +272,9 @@ def enter(writable: list[str], *, network: bool = True, mode: str = "auto", name
             state["network"] = "private"
         else:
             why["network"] = f"unshare(network namespace): {os.strerror(ctypes.get_errno())}"
-    if state["filesystem"] == "writable" and sys.platform == "linux" and mode != "off":
+    if state["filesystem"] == "writable" and landlock_off:
+        why["filesystem"] = landlock_off
+    elif state["filesystem"] == "writable" and sys.platform == "linux" and mode != "off":
         try:
             abi = _landlock(writable)
             state["filesystem"] = "read-only (Landlock)"
@@ -306,12 +310,28 @@ def describe(state: dict) -> str:
     return line
 
 
-def _trial(writable: list[str], network: bool, mode: str, namespaces_off: str) -> dict:
+def cuda_failure() -> str | None:
+    """Why CUDA's driver does not start in this process (``cuInit``), or None where it does or where
+    this machine has no CUDA driver.  Only for throwaway processes: it initialises the driver."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    code = libcuda.cuInit(0)
+    return None if code == 0 else f"cuInit returned CUDA error {code}"
+
+
+def _trial(writable: list[str], network: bool, mode: str, namespaces_off: str, landlock_off: str = "",
+           cuda: bool = False) -> dict:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
-            state = enter(writable, network=network, mode=mode, namespaces_off=namespaces_off)
+            state = enter(writable, network=network, mode=mode, namespaces_off=namespaces_off,
+                          landlock_off=landlock_off)
+            failure = cuda_failure() if cuda else None
+            if failure:
+                state["cuda_error"] = failure
         except BaseException as exc:  # noqa: BLE001 (reported: the caller tries without namespaces)
             state = {"error": f"{type(exc).__name__}: {exc}"}
         os.write(write_fd, json.dumps(state).encode())
@@ -323,22 +343,31 @@ def _trial(writable: list[str], network: bool, mode: str, namespaces_off: str) -
     return json.loads(data or b'{"error": "the trial process died"}')
 
 
-def settle(writable: list[str], *, network: bool = True, mode: str = "auto") -> dict:
+def settle(writable: list[str], *, network: bool = True, mode: str = "auto", cuda: bool = False) -> dict:
     """What :func:`enter` achieves here, tried in a throwaway child of the calling process.  Where
     entering namespaces fails outright (a user namespace whose uid map is refused, as some AppArmor
     policies do), it is tried again without them: then ``namespaces_off`` says why, for
-    :func:`enter` in every later child."""
-    state = _trial(writable, network, mode, "")
+    :func:`enter` in every later child.  With ``cuda``, the trial also starts CUDA's driver: where
+    Landlock stops it (as root in a container, the driver wants to make device nodes Landlock
+    refuses), Landlock is left out and ``landlock_off`` says why: a candidate must be able to run."""
+    state = _trial(writable, network, mode, "", cuda=cuda)
+    namespaces_off = ""
     if "error" in state:
-        why = state["error"]
-        state = dict(_trial(writable, network, mode, why), namespaces_off=why)
+        namespaces_off = state["error"]
+        state = dict(_trial(writable, network, mode, namespaces_off, cuda=cuda), namespaces_off=namespaces_off)
+    if "cuda_error" in state and state.get("filesystem") == "read-only (Landlock)":
+        landlock_off = f"Landlock stops CUDA on this host ({state['cuda_error']}), so it is off"
+        state = dict(_trial(writable, network, mode, namespaces_off, landlock_off, cuda=cuda),
+                     landlock_off=landlock_off)
+        if namespaces_off:
+            state["namespaces_off"] = namespaces_off
     return dict(state, level=level(state)) if "error" not in state else state
 
 
-def probe(*, network: bool = True, mode: str = "auto", timeout_s: float = 30.0) -> dict:
+def probe(*, network: bool = True, mode: str = "auto", cuda: bool = False, timeout_s: float = 30.0) -> dict:
     """:func:`settle` in a throwaway process: what candidates get on this machine."""
     try:
-        code = f"from evaluator.containment import _probe_main; _probe_main({network!r}, {mode!r})"
+        code = f"from evaluator.containment import _probe_main; _probe_main({network!r}, {mode!r}, {cuda!r})"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
         state = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
@@ -349,9 +378,9 @@ def probe(*, network: bool = True, mode: str = "auto", timeout_s: float = 30.0) 
     return dict(state, level=level(state))
 
 
-def _probe_main(network: bool, mode: str) -> None:
+def _probe_main(network: bool, mode: str, cuda: bool = False) -> None:
     scratch = tempfile.mkdtemp(prefix="evo-probe-")
     try:
-        print(json.dumps(settle([scratch], network=network, mode=mode)))
+        print(json.dumps(settle([scratch], network=network, mode=mode, cuda=cuda)))
     finally:
         os.rmdir(scratch)

@@ -134,7 +134,7 @@ def _child(request: dict, write_fd: int, log_path: Path, cpu_limit_s: int) -> No
 
     # With namespaces, what follows runs in a new process, in the candidate's own PID namespace.
     state = containment.enter(_writable(request), network=bool(request.get("isolate_network")),
-                              mode=request.get("containment", "auto"), namespaces_off=request["namespaces_off"])
+                              mode=request.get("containment", "auto"), **request["containment_off"])
     try:
         reply = harness.handle(request)
     except BaseException as exc:  # report, never let the child fall back into the server loop
@@ -155,15 +155,18 @@ def _writable(request: dict) -> list[str]:
     return [request["scratch"], os.environ.get("TRITON_CACHE_DIR"), os.environ.get("TMPDIR")]
 
 
-_settled: dict[tuple, str] = {}
+_settled: dict[tuple, dict] = {}
 
 
-def _namespaces_off(request: dict) -> str:
-    """Why children must not try namespaces here ("" if they may), tried once per setting."""
-    key = (bool(request.get("isolate_network")), request.get("containment", "auto"))
+def _containment_off(request: dict) -> dict:
+    """Why children must not try namespaces, or Landlock, here (empty where they may), tried once per
+    setting and device (with CUDA's driver started in the trial on a GPU)."""
+    key = (bool(request.get("isolate_network")), request.get("containment", "auto"),
+           str(request.get("device", "cpu")).startswith("cuda"))
     if key not in _settled:
-        state = containment.settle(_writable(request), network=key[0], mode=key[1])
-        _settled[key] = state.get("namespaces_off") or state.get("error") or ""
+        state = containment.settle(_writable(request), network=key[0], mode=key[1], cuda=key[2])
+        _settled[key] = {"namespaces_off": state.get("namespaces_off") or state.get("error") or "",
+                         "landlock_off": state.get("landlock_off") or ""}
     return _settled[key]
 
 
@@ -201,7 +204,7 @@ def _read_reply(read_fd: int, pid: int, timeout_s: float, memory_limit: int) -> 
 def run_isolated(request: dict, scratch: Path) -> dict:
     """Run one request in a forked child; when it answers, times out or uses too much memory, kill
     every process it started (however they detached)."""
-    request["namespaces_off"] = _namespaces_off(request)
+    request["containment_off"] = _containment_off(request)
     timeout_s = float(request.get("timeout_s", 60))
     memory_limit = int(request.get("memory_limit_mb") or 0) << 20
     log_path = scratch / "child.log"

@@ -109,7 +109,8 @@ def eval_command(args: list[str]) -> int:
     from evaluator.containment import describe, probe
 
     # One plain line on stderr (stdout's last line stays the result's JSON): what is contained, what not.
-    print(describe(probe(network=settings.isolate_network, mode=settings.containment)), file=sys.stderr)
+    print(describe(probe(network=settings.isolate_network, mode=settings.containment, cuda=device == "cuda")),
+          file=sys.stderr)
     evaluator = Evaluator(settings, device, 0 if device == "cuda" else None)
     try:
         check = evaluator.check_task(task.name, task.source)

@@ -157,7 +157,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
                   soft_wrap=True)
     for line in [*(f"override {o.line()}" for o in overrides), *notes]:
         console.print(f"  {line}", soft_wrap=True, markup=False)
-    contained = probe(network=c.evaluator.isolate_network, mode=c.evaluator.containment)
+    contained = probe(network=c.evaluator.isolate_network, mode=c.evaluator.containment, cuda=device == "cuda")
     # This host's; each evaluation records its own (other Ray nodes may allow other things).
     console.print(describe(contained), soft_wrap=True, markup=False)
     backend = make_backend(c, device, gpus, resume_count)

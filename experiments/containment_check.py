@@ -69,7 +69,7 @@ def check_mode(device: str, mode: str) -> dict:
         holder.kill()
         holder.wait()
         evaluator.close()
-    state = probe(network=settings.isolate_network, mode=mode)
+    state = probe(network=settings.isolate_network, mode=mode, cuda=device == "cuda")
     return {"line": describe(state), "probe": state, "candidates": rows}
 
 

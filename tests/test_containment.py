@@ -96,7 +96,7 @@ def marked(marker: str) -> list[int]:
 def contained(request):
     """An evaluator whose candidates are contained in the given mode, with what this machine allows."""
     device, mode = request.param
-    state = probe(mode=mode)
+    state = probe(mode=mode, cuda=device == "cuda")
     settings = EvaluatorSettings(device=device, timeout_s=TIMEOUT_S, containment=mode, compile_baseline=False)
     evaluator = Evaluator(settings, device, 0 if device == "cuda" else None)
     yield evaluator, state
@@ -305,3 +305,18 @@ def test_read_only_mounts_before_linux_5_12(monkeypatch, tmp_path):
     if filesystem != "read-only (mount namespace)":
         pytest.skip(f"this machine allows no mount namespace: {filesystem}")
     assert wrote == ["scratch"] and not (outside / "file").exists()
+
+
+def test_landlock_that_stops_cuda_is_left_out_and_said(monkeypatch, tmp_path):
+    """As root in a container, CUDA's driver wants to make device nodes that Landlock refuses (cuInit:
+    error 304): candidates must run, so Landlock is left out and the line says why."""
+    import evaluator.containment as containment
+
+    if probe(mode="landlock")["filesystem"] != "read-only (Landlock)":
+        pytest.skip("this machine has no Landlock")
+    monkeypatch.setattr(containment, "cuda_failure", lambda: "cuInit returned CUDA error 304")
+    state = containment.settle([str(tmp_path)], mode="landlock", cuda=True)
+    assert state["landlock_off"].startswith("Landlock stops CUDA on this host (cuInit returned CUDA error 304)")
+    assert state["filesystem"] == "writable" and state["why"]["filesystem"] == state["landlock_off"]
+    assert "Landlock stops CUDA" in describe(state)
+    assert containment.settle([str(tmp_path)], mode="landlock")["filesystem"] == "read-only (Landlock)"  # CPU
