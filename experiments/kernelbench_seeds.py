@@ -145,7 +145,7 @@ def check_all(rows: list[dict], settings: EvaluatorSettings, workers: int, budge
               results: Results) -> None:
     """Correctness of every derived seed, ``workers`` evaluations at once within the memory budget."""
     jobs = [Job(r["name"], r["source"], r["footprint_gb"]) for r in rows if r.get("seed") and "check" not in r]
-    seeds = {r["name"]: r["seed"] for r in rows}
+    seeds = {r["name"]: r.get("seed") for r in rows}
     again: list[Job] = []
 
     def work(admission: MemoryAdmission, last_try: bool) -> None:
