@@ -203,7 +203,9 @@ def test_result_reports_noise_work_and_phases(evaluator):
     assert result.ref_runtime_spread is not None
     assert result.roofline_fraction is None  # the interpreter's speed says nothing about a roofline
     assert "bytes of inputs and outputs" in result.extra["work"]
-    assert set(result.extra["phases"]) == {"load_s", "checks_s", "timing_s"}
+    phases = result.extra["phases"]
+    assert set(phases) == {"load_s", "checks_s", "timing_s", "timed_calls_s", "host_s", "total_s"}
+    assert 0 < phases["timed_calls_s"] <= phases["timing_s"] <= phases["total_s"]
 
 
 def test_a_speedup_beyond_the_roofline_is_reverified_then_rejected(evaluator, settings_restored):
