@@ -44,7 +44,7 @@ GLUE_OPS = frozenset({
 
 _launches = 0  # launches that returned: the kernel was compiled and queued (or interpreted)
 _attempts = 0  # launches tried, failed ones included
-_inside_launch = 0  # depth of launches under way: what Triton itself dispatches is not the candidate's
+_inside_launch = 0  # depth of interpreted launches under way: what the interpreter dispatches is not the candidate's
 _originals: dict[type, object] = {}
 _compiled: dict[str, dict] = {}
 
@@ -67,27 +67,29 @@ def install_launch_counter() -> None:
     (idempotent, process-wide; :func:`uninstall_launch_counter` before timing)."""
     from triton.runtime.jit import JITFunction
 
-    classes = [JITFunction]
+    classes = [(JITFunction, 0)]
     try:
         from triton.runtime.interpreter import InterpretedFunction
-        classes.append(InterpretedFunction)
+        # The interpreter runs a kernel with PyTorch's copies: those are Triton's, not the candidate's.
+        # (Only there: on a GPU, ops dispatched inside a launch, from a launch hook say, are the candidate's.)
+        classes.append((InterpretedFunction, 1))
     except ImportError:  # older Triton without the interpreter class
         pass
-    for cls in classes:
+    for cls, interpreted in classes:
         if cls in _originals:
             continue
         original = _originals[cls] = cls.run
 
-        def counted(kernel, *args, _original=original, **kwargs):
+        def counted(kernel, *args, _original=original, _depth=interpreted, **kwargs):
             # Counted once it returns: a launch that fails to compile or to run (and a candidate that
             # catches the failure and computes with PyTorch instead) launched nothing.
             global _launches, _attempts, _inside_launch
             _attempts += 1
-            _inside_launch += 1
+            _inside_launch += _depth
             try:
                 compiled = _original(kernel, *args, **kwargs)
             finally:
-                _inside_launch -= 1
+                _inside_launch -= _depth
             _launches += 1
             _record(compiled)
             return compiled
@@ -130,7 +132,7 @@ class CandidateMonitor(TorchDispatchMode):
         self.poison = poison
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if _inside_launch:  # the interpreter's own copies, Triton's launcher
+        if _inside_launch:  # the interpreter's own copies
             return func(*args, **(kwargs or {}))
         name = func._schema.name.split("::")[-1]
         self.ops.add(name)

@@ -317,7 +317,7 @@ def test_a_batch_queued_for_longer_than_the_gpu_spun_is_timed_again_behind_a_lon
 def test_timed_calls_of_one_round_take_the_same_input_set():
     import torch
 
-    from evaluator.harness import _in_turn
+    from evaluator.timed_checks import in_turn as _in_turn
     from evaluator.timing import time_interleaved
 
     seen = {"candidate": [], "reference": []}

@@ -51,3 +51,59 @@ def test_a_reduction_no_deny_list_named_is_not_glue(evaluator, builtin_tasks):
     assert result.status is Status.REJECTED and "PyTorch's sum" in result.reason, result.reason
     honest = evaluator.evaluate(task.name, task.source, seed)
     assert honest.status is Status.CORRECT, honest.reason
+
+
+def counting(after: int, then: str) -> str:
+    """The honest kernel for its first ``after`` calls (the checks make 16), ``then`` after them."""
+    return candidate("global CALLS\n        CALLS = globals().get('CALLS', 0) + 1\n"
+                     f"        if CALLS > {after}:\n            {then}")
+
+
+def test_pytorch_after_the_checks_is_caught_on_the_first_timed_call(evaluator):
+    result = evaluator.evaluate("double", TASK, counting(16, "return x * 2.0"))
+    assert result.status is Status.REJECTED, result.reason
+    assert result.reason.startswith("timed call 1:") and "launched no Triton kernel" in result.reason
+
+
+def test_pytorch_after_the_last_timed_call_is_caught_by_the_call_after_it(evaluator):
+    """16 checked calls and 4 timed ones (warm-up 1, reps 3 on the CPU): only the 21st is PyTorch's."""
+    result = evaluator.evaluate("double", TASK, counting(20, "return x * 2.0"))
+    assert result.status is Status.REJECTED and "launched no Triton kernel" in result.reason, result.reason
+
+
+def test_an_output_remembered_by_shape_is_wrong_on_the_timed_input_sets(evaluator):
+    """Once the checks are over, it recomputes one call in four and otherwise returns its last output
+    (after a useless launch on a scratch buffer, so that every call launches a kernel of its own)."""
+    cheat = counting(16, "if CALLS % 4 and 'LAST' in globals() and LAST.shape == x.shape:\n"
+                         "                double_kernel[(1,)](x, torch.empty(1), 1, BLOCK_SIZE=BLOCK_SIZE)\n"
+                         "                return LAST")
+    cheat = cheat.replace("global CALLS", "global CALLS, LAST").replace("        return out", "        LAST = out\n        return out")
+    result = evaluator.evaluate("double", TASK, cheat)
+    assert result.status is Status.INCORRECT and "timed calls, input set" in result.reason, result.reason
+
+
+def test_an_honest_kernel_is_verified_on_its_timed_calls(evaluator):
+    result = evaluator.evaluate("double", TASK, candidate())
+    assert result.status is Status.CORRECT, result.reason
+    verified = result.extra["timed_checks"]
+    assert verified["input_sets"] == 3 and verified["outputs_checked"] == 3
+    assert verified["guarded_calls"][0] == 1 and len(verified["guarded_calls"]) >= 3
+    assert "triton_share" not in verified  # profiled on a GPU only
+
+
+def test_timed_input_sets_fall_back_to_two_beyond_their_memory_budget():
+    import torch
+
+    from evaluator.timed_checks import input_sets
+
+    class Problem:
+        @staticmethod
+        def get_inputs(n):
+            return [torch.randn(n)]
+
+    first = Problem.get_inputs(1 << 18)  # 1 MB
+    timing = {"input_sets": 3, "input_sets_mb": 4}
+    sets = input_sets(Problem, {"n": 1 << 18}, 0, "cpu", timing, first)
+    assert len(sets) == 3 and len({s[0].data_ptr() for s in sets}) == 3
+    assert not torch.equal(sets[0][0], sets[1][0])
+    assert len(input_sets(Problem, {"n": 1 << 18}, 0, "cpu", dict(timing, input_sets_mb=1), first)) == 2
