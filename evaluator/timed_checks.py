@@ -12,8 +12,9 @@ nobody checked.  So the timed calls are checked too:
   dispatch no PyTorch operator but glue.  The monitor poisons nothing there, so a sampled call
   does the same device work as any other; its host overhead falls in the spin that leads each
   batch of timed calls, not in a timed window;
-- the last output of each set is checked against the reference for that set
-  (:func:`check_outputs`), once the caller's stream alone is synchronised;
+- the round of calls after the last timed one is checked against the reference, each output
+  against the reference's for its set (:func:`check_outputs`), once the caller's stream alone is
+  synchronised;
 - on a GPU one batch of calls runs under ``torch.profiler`` (:func:`triton_share`): at least
   ``triton_share_min`` of its device time must be in the candidate's own Triton kernels, on the
   caller's stream.
@@ -21,6 +22,7 @@ nobody checked.  So the timed calls are checked too:
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import torch
 
@@ -62,24 +64,20 @@ def sampled_calls(samples: int, first_calls: int, seed: int) -> set[int]:
 
 
 class TimedCalls:
-    """The candidate as timing calls it: the input sets in turn (as :func:`in_turn`), the last
-    output of each set kept, and the calls numbered in ``sampled`` run under the guards."""
+    """The candidate as timing calls it: the input sets in turn (as :func:`in_turn`), the calls
+    numbered in ``sampled`` run under the guards."""
 
     def __init__(self, model, sets: list[list], sampled: set[int], device: str):
         self.model, self.sets, self.sampled, self.device = model, sets, set(sampled), device
         self.calls = 0
-        self.last: dict[int, object] = {}
-        self.audited: list[int] = []
+        self.audited: list[int] = []  # numbers (from 1) of the calls that ran under the guards
 
     def __call__(self):
-        number, which = self.calls, self.calls % len(self.sets)
+        number, inputs = self.calls, self.sets[self.calls % len(self.sets)]
         self.calls += 1
         if number in self.sampled:
-            out = self._guarded(number, self.sets[which])
-        else:
-            out = call(self.model, self.sets[which], "timing")
-        self.last[which] = out
-        return out
+            return self._guarded(number, inputs)
+        return call(self.model, inputs, "timing")
 
     def _guarded(self, number: int, inputs: list):
         monitor = CandidateMonitor(poison=False)
@@ -96,11 +94,6 @@ class TimedCalls:
         self.audited.append(number + 1)
         return out
 
-    def one_more_guarded(self):
-        """A call after the last timed one, under the guards (a candidate that changes late)."""
-        self.sampled.add(self.calls)
-        return self()
-
 
 def stream_synchronize(device: str) -> None:
     """The caller's stream only: work the candidate left on another stream is not waited for."""
@@ -109,64 +102,79 @@ def stream_synchronize(device: str) -> None:
 
 
 def check_outputs(timed: TimedCalls, reference, atol, rtol) -> int:
-    """The last output of each input set against the reference's for that set (each computed once);
-    returns how many were checked."""
-    timed.one_more_guarded()
-    stream_synchronize(timed.device)
-    for which in sorted(timed.last):
+    """One more round of the timed sequence, each call's output checked against the reference's
+    for its input set; the first of them under the guards (a candidate that changes late).
+
+    The calls go on from the last timed one, on the same input sets in the same turn: to the
+    candidate they are timed calls like the others.  Each output is checked as soon as the caller's
+    stream alone is synchronised, then dropped, so no more than one is held at a time.
+    Returns how many were checked.
+    """
+    timed.sampled.add(timed.calls)
+    for _ in timed.sets:
+        which = timed.calls % len(timed.sets)
+        out = timed()
+        stream_synchronize(timed.device)
         expected = call(reference, timed.sets[which], "reference")
-        problem = mismatch(expected, timed.last[which], atol, rtol)
+        problem = mismatch(expected, out, atol, rtol)
         if problem:
-            raise Failure(Status.INCORRECT,
-                          f"timed calls, input set {which + 1} of {len(timed.sets)} (the last call on it): "
-                          f"{problem}")
-        del expected
-    checked = len(timed.last)
-    timed.last.clear()
-    return checked
+            raise Failure(Status.INCORRECT, f"timed calls, input set {which + 1} of {len(timed.sets)} "
+                                            f"(call {timed.calls}): {problem}")
+        del out, expected
+    return len(timed.sets)
 
 
 def triton_share(timed: TimedCalls, kernel_names: set[str], calls: int, minimum: float) -> dict:
     """Profile ``calls`` candidate calls; reject unless ``minimum`` of the device time is the candidate's
-    Triton kernels on the caller's stream.  Returns ``{"triton_share", "profiled_calls"}``."""
+    Triton kernels on the caller's stream.  Returns ``{"triton_share", "profiled_calls", "stream_checked"}``
+    (the caller's stream is that of a marker kernel launched on it first: unchecked if none shows)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        torch.cuda._sleep(1000)  # a marker kernel on the caller's stream: its stream is the caller's
+        torch.cuda._sleep(1000)  # the marker: PyTorch's spin_kernel, on the caller's stream
         for _ in range(calls):
             timed()
         torch.cuda.synchronize()
-    device_events = [e for e in prof.events() if _on_device(e)]
-    marker = next((e for e in device_events if "spin_kernel" in e.name), None)
-    caller = marker.device_resource_id if marker is not None else None
-    own, other, elsewhere = 0.0, {}, set()
-    for event in device_events:
-        if event is marker:
-            continue
-        us = event.time_range.elapsed_us()
-        ours = any(event.name == k or event.name.startswith(k) for k in kernel_names)
-        on_caller = caller is None or event.device_resource_id == caller
-        if ours and on_caller:
-            own += us
-        else:
-            other[event.name] = other.get(event.name, 0.0) + us
-            if ours:
-                elsewhere.add(event.name)
-    total = own + sum(other.values())
-    share = own / total if total > 0 else 0.0
-    if elsewhere:
-        raise Failure(Status.REJECTED, f"the candidate's kernels {', '.join(sorted(elsewhere))} ran on another "
-                                       "CUDA stream than the caller's: timed work must run on the caller's stream")
-    if share < minimum:
-        top = sorted(other.items(), key=lambda kv: -kv[1])[:3]
-        named = "; ".join(f"{name[:80]} {us / total:.0%}" for name, us in top)
+    kernels = [(e.name, e.device_resource_id, e.time_range.elapsed_us()) for e in prof.events()
+               if getattr(getattr(e, "device_type", None), "name", "") == "CUDA"]
+    marker = next((k for k in kernels if "spin_kernel" in k[0]), None)
+    if marker is not None:
+        kernels.remove(marker)
+    share = device_share(kernels, kernel_names, marker[1] if marker else None)
+    if share.elsewhere:
+        raise Failure(Status.REJECTED, f"the candidate's kernels {', '.join(sorted(share.elsewhere))} ran on "
+                                       "another CUDA stream than the caller's: timed work must run on the "
+                                       "caller's stream")
+    if share.share < minimum:
         raise Failure(Status.REJECTED,
-                      f"only {share:.0%} of the device time of {calls} timed calls is in the candidate's own "
-                      f"Triton kernels (at least {minimum:.0%} needed); the rest: {named or 'none'}")
-    return {"triton_share": round(share, 4), "profiled_calls": calls}
+                      f"only {share.share:.0%} of the device time of {calls} timed calls is in the candidate's "
+                      f"own Triton kernels (at least {minimum:.0%} needed); the rest: {share.top_others()}")
+    return {"triton_share": round(share.share, 4), "profiled_calls": calls, "stream_checked": marker is not None}
 
 
-def _on_device(event) -> bool:
-    kind = getattr(event, "device_type", None)
-    return kind is not None and kind.name == "CUDA" and event.time_range.elapsed_us() >= 0
+@dataclass
+class DeviceShare:
+    share: float  # of the device time, in the candidate's kernels on the caller's stream
+    others: dict[str, float]  # device time (us) of everything else, by kernel (or memcpy/memset) name
+    elsewhere: set[str]  # the candidate's kernels seen on another stream
+
+    def top_others(self, n: int = 3) -> str:
+        top = sorted(self.others.items(), key=lambda kv: -kv[1])[:n]
+        return "; ".join(f"{name[:80]} ({us:.0f} us)" for name, us in top) or "none"
+
+
+def device_share(kernels: list[tuple[str, int, float]], kernel_names: set[str], caller: int | None) -> DeviceShare:
+    """``kernels``: (name, stream, microseconds) of each device activity; ``caller``: the caller's stream
+    (None: any).  Memcpy and memset (glue's copies and fills) count as not the candidate's."""
+    own, others, elsewhere = 0.0, {}, set()
+    for name, stream, us in kernels:
+        ours = name in kernel_names
+        if ours and (caller is None or stream == caller):
+            own += us
+            continue
+        others[name] = others.get(name, 0.0) + us
+        if ours:
+            elsewhere.add(name)
+    total = own + sum(others.values())
+    return DeviceShare(own / total if total > 0 else 0.0, others, elsewhere)

@@ -107,3 +107,17 @@ def test_timed_input_sets_fall_back_to_two_beyond_their_memory_budget():
     assert len(sets) == 3 and len({s[0].data_ptr() for s in sets}) == 3
     assert not torch.equal(sets[0][0], sets[1][0])
     assert len(input_sets(Problem, {"n": 1 << 18}, 0, "cpu", dict(timing, input_sets_mb=1), first)) == 2
+
+
+def test_the_device_share_counts_the_candidates_kernels_on_the_callers_stream_only():
+    from evaluator.timed_checks import device_share
+
+    honest = device_share([("softmax_kernel", 7, 90.0), ("Memset (Device)", 7, 2.0)], {"softmax_kernel"}, 7)
+    assert honest.share == pytest.approx(90 / 92) and not honest.elsewhere
+    # A useless launch of its own while PyTorch's kernel does the work.
+    scratch = device_share([("fill_kernel", 7, 1.0), ("void at::native::reduce_kernel<...>", 7, 99.0)],
+                           {"fill_kernel"}, 7)
+    assert scratch.share == pytest.approx(0.01) and "reduce_kernel" in scratch.top_others()
+    # Its own kernel, on a stream the caller never waits for.
+    side = device_share([("softmax_kernel", 13, 90.0)], {"softmax_kernel"}, 7)
+    assert side.share == 0.0 and side.elsewhere == {"softmax_kernel"}
