@@ -7,8 +7,8 @@ nobody checked.  So the timed calls are checked too:
 
 - they rotate over several input sets of distinct storage and values (:func:`input_sets`), made
   before timing, so an output remembered by identity, pointer or shape is wrong or gains nothing;
-- :class:`TimedCalls` runs a seeded sample of them (the first, a few at random, and one more after
-  the last) under the smoke test's guards: each must complete its own Triton launches and
+- :class:`TimedCalls` runs a seeded sample of them (the first, a few at random, one in each
+  doubling of the call count, and one after the last) under the smoke test's guards: each must complete its own Triton launches and
   dispatch no PyTorch operator but glue.  The monitor poisons nothing there, so a sampled call
   does the same device work as any other; its host overhead falls in the spin that leads each
   batch of timed calls, not in a timed window;
@@ -56,11 +56,14 @@ def in_turn(model, sets: list[list], stage: str):
     return lambda: call(model, sets[next(turn) % len(sets)], stage)
 
 
-def sampled_calls(samples: int, first_calls: int, seed: int) -> set[int]:
-    """The first call and ``samples`` more drawn at random from the first ``first_calls``."""
+def sampled_calls(samples: int, first_calls: int, seed: int, doublings: int = 24) -> set[int]:
+    """Call numbers (from 0) to guard: the first; ``samples`` drawn at random from the first
+    ``first_calls``; and one drawn from each doubling [2^k, 2^(k+1)), so that however long timing
+    goes on (warm-up runs by the clock) calls late in it are guarded too, about log2(calls) in all."""
     rng = random.Random(seed)
     pool = range(1, max(2, first_calls))
-    return {0, *rng.sample(pool, min(samples, len(pool)))}
+    late = {rng.randrange(1 << k, 1 << (k + 1)) for k in range(doublings)}
+    return {0, *rng.sample(pool, min(samples, len(pool))), *late}
 
 
 class TimedCalls:

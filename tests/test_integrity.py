@@ -121,3 +121,12 @@ def test_the_device_share_counts_the_candidates_kernels_on_the_callers_stream_on
     # Its own kernel, on a stream the caller never waits for.
     side = device_share([("softmax_kernel", 13, 90.0)], {"softmax_kernel"}, 7)
     assert side.share == 0.0 and side.elsewhere == {"softmax_kernel"}
+
+
+def test_guarded_calls_reach_late_into_timing_and_are_few():
+    from evaluator.timed_checks import sampled_calls
+
+    sample = sampled_calls(3, 103, seed=0)
+    assert 0 in sample and sample == sampled_calls(3, 103, seed=0)  # seeded: the same draw again
+    assert len([n for n in sample if n < 10_000]) <= 3 + 15  # sparse: about log2 of the calls made
+    assert any(4096 <= n < 8192 for n in sample)  # but one in each doubling: late in a long timing run
