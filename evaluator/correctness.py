@@ -3,7 +3,7 @@
 Cheapest first, stopping at the first failure:
 
 1. smoke: the smallest shape, first seed, with the anti-cheat guards (the
-   candidate must launch a Triton kernel, dispatch no heavy PyTorch operator,
+   candidate must complete a Triton launch, dispatch no PyTorch operator but glue,
    leave no thread running and keep the timing functions intact);
 2. adversarial values on the smallest shape: very large, very small, mixed
    scales, all-equal;
@@ -25,7 +25,8 @@ import torch
 
 from evaluator.calls import Failure, call, clone, make_inputs, synchronize
 from evaluator.compare import CHUNK, digest, mismatch
-from evaluator.guards import CandidateMonitor, extra_threads, install_launch_counter, launch_count, timers_tampered
+from evaluator.guards import (CandidateMonitor, attempted_launches, call_violation, extra_threads,
+                             install_launch_counter, launch_count, timers_tampered)
 from evaluator.result import Status
 
 # Scales for the adversarial inputs: wide for fp32/fp64, kept in range for half types.
@@ -99,17 +100,15 @@ class Verifier:
     def _candidate(self, inputs, where: str, guarded: bool = False):
         monitor = CandidateMonitor()
         threads_before = {t.ident for t in threading.enumerate()}
-        launches_before = launch_count()
+        launches_before, attempts_before = launch_count(), attempted_launches()
         with monitor:
             out = call(self.model, inputs, where)
         synchronize(self.device)
         if guarded:
-            if launch_count() == launches_before:
-                raise Failure(Status.REJECTED, "the candidate launched no Triton kernel: the computation must "
-                                               "run in its own Triton kernels")
-            if monitor.heavy:
-                raise Failure(Status.REJECTED, f"the candidate calls PyTorch's {', '.join(monitor.heavy)}: the "
-                                               "computation must run in its own Triton kernels")
+            violation = call_violation(monitor, launch_count() - launches_before,
+                                       attempted_launches() - attempts_before)
+            if violation:
+                raise Failure(Status.REJECTED, violation)
             threads = extra_threads(threads_before)
             if threads:
                 raise Failure(Status.REJECTED, f"the candidate left threads running: {', '.join(threads)}")

@@ -18,7 +18,8 @@ class TimingSettings:
     reps: int = 100
     budget_s: float = 2.0  # stop repeating once this much time went into timing
     batch: int = 8  # GPU: pairs of calls queued between synchronisations (1: synchronise around each)
-    input_sets: int = 1  # timed calls take these many input sets (seeded apart, allocated apart) in turn
+    input_sets: int = 3  # timed calls take these many input sets (seeded apart, allocated apart) in turn
+    input_sets_mb: float = 256.0  # at most this much for the extra sets (beyond it: 2 sets)
 
 
 # Tolerances where a task sets no ATOL/RTOL: ``strict`` keeps evaluator.compare's per-dtype defaults
@@ -53,6 +54,11 @@ class EvaluatorSettings:
     containment: str = "auto"  # auto: namespaces where the OS allows, else Landlock | landlock | off
     prepare_workers: int | None = None  # sandbox workers per device checking references and deriving seeds
     tolerance: str = "strict"  # strict: per-dtype defaults (fp32 1e-4) | kernelbench: atol = rtol = 1e-2
+    # The timed calls held to the checks' rules (evaluator.timed_checks): outputs checked, a sample
+    # guarded, and on a GPU this share of one profiled batch's device time in the candidate's own kernels.
+    verify_timed: bool = True
+    timed_samples: int = 3  # timed calls guarded, besides the first and one after the last
+    triton_share_min: float = 0.9
 
     def __post_init__(self):
         if self.device not in ("auto", "cpu", "cuda"):
@@ -78,6 +84,10 @@ class EvaluatorSettings:
             object.__setattr__(self, "roofline_peaks", {k: float(v) for k, v in peaks.items()})
         if self.roofline_limit <= 0 or self.noise_floor < 0:
             raise ValueError("evaluator.roofline_limit must be positive and evaluator.noise_floor >= 0")
+        if not 0 <= self.triton_share_min <= 1 or self.timed_samples < 0:
+            raise ValueError("evaluator.triton_share_min must be in [0, 1] and timed_samples >= 0")
+        if self.timing.input_sets < 1 or self.cpu_timing.input_sets < 1:
+            raise ValueError("evaluator.timing.input_sets must be >= 1")
         if not 0 < self.gpu_memory_fraction <= 1 or self.memory_limit_mb <= 0:
             raise ValueError("evaluator.gpu_memory_fraction must be in (0, 1] and memory_limit_mb positive")
 
@@ -102,7 +112,10 @@ class Evaluator:
             "device": "cuda" if self.device == "cuda" else "cpu",
             "seeds": list(self.settings.seeds), "cpu_max_numel": self.settings.cpu_max_numel,
             "timing": {"warmup": timing.warmup, "warmup_s": timing.warmup_s, "reps": timing.reps,
-                       "budget_s": timing.budget_s, "batch": timing.batch, "input_sets": timing.input_sets},
+                       "budget_s": timing.budget_s, "batch": timing.batch, "input_sets": timing.input_sets,
+                       "input_sets_mb": timing.input_sets_mb},
+            "timed_checks": {"samples": self.settings.timed_samples,
+                             "triton_share_min": self.settings.triton_share_min} if self.settings.verify_timed else None,
             "noise_floor": self.settings.noise_floor, "roofline_limit": self.settings.roofline_limit,
             "roofline_peaks": self.settings.roofline_peaks, "memory_limit_mb": self.settings.memory_limit_mb,
             "gpu_memory_fraction": self.settings.gpu_memory_fraction,

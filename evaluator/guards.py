@@ -1,10 +1,11 @@
 """Run-time anti-cheat guards, used inside the sandbox around a candidate's calls.
 
 - :func:`install_launch_counter` counts Triton kernel launches (compiled or
-  interpreted), so a candidate that computes with PyTorch alone is rejected.
+  interpreted) that completed, so a candidate that computes with PyTorch alone,
+  or falls back to it when its launch fails, is rejected.
 - :class:`CandidateMonitor` records the aten operators a call dispatches, so
-  a candidate that hands the heavy work back to PyTorch (a matmul, a softmax,
-  ...) is rejected; and it poisons every uninitialised allocation (NaN, or a
+  a candidate that hands work back to PyTorch (anything but the glue of
+  :data:`GLUE_OPS`: a matmul, a softmax, a sum, ...) is rejected; and it poisons every uninitialised allocation (NaN, or a
   sentinel for integers), so an output element the candidate never writes
   cannot pass by holding stale correct values.
 - :func:`timer_identities` / :func:`timers_tampered` notice a candidate that
@@ -18,21 +19,32 @@ import time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# aten operators that do an operator's real work: a candidate may allocate, view,
-# copy and do light glue in PyTorch, but not these.
-HEAVY_OPS = frozenset({
-    "mm", "bmm", "addmm", "addmv", "mv", "matmul", "baddbmm", "addbmm", "dot", "vdot", "_scaled_mm",
-    "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "cudnn_convolution",
-    "_softmax", "softmax", "_log_softmax", "log_softmax", "native_layer_norm", "layer_norm",
-    "_fused_rms_norm", "rms_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",
-    "gelu", "nll_loss_forward", "nll_loss2d_forward", "cross_entropy_loss",
-    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention", "scaled_dot_product_attention", "_flash_attention_forward",
-    "linear", "einsum", "tensordot", "cumsum", "sort", "topk",
+# aten operators a candidate may dispatch: glue around its own kernels (allocation, views and
+# reshapes, copies, dtype casts, fills, reading sizes and scalars).  Anything else (a matmul, a sum,
+# a reduction no list of "heavy" operators thought of) is work that must run in its Triton kernels.
+GLUE_OPS = frozenset({
+    # allocation
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "scalar_tensor",
+    "arange", "lift_fresh", "lift_fresh_copy", "resize_",
+    # views and reshapes
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "view_as", "alias", "detach", "permute",
+    "transpose", "transpose_", "t", "t_", "expand", "expand_as", "as_strided", "as_strided_", "squeeze",
+    "squeeze_", "unsqueeze", "unsqueeze_", "flatten", "unflatten", "narrow", "slice", "select", "split",
+    "split_with_sizes", "chunk", "unbind", "movedim", "diagonal", "view_as_real", "view_as_complex",
+    "unfold", "_reshape_copy",
+    # copies, dtype casts, fills
+    "contiguous", "clone", "copy_", "_to_copy", "to", "type_as", "_copy_from", "_copy_from_and_resize",
+    "fill_", "fill", "zero_",
+    # sizes and scalars
+    "size", "stride", "numel", "dim", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+    "is_contiguous", "is_same_size", "_local_scalar_dense", "item",
 })
 
 
-_launches = 0
+_launches = 0  # launches that returned: the kernel was compiled and queued (or interpreted)
+_attempts = 0  # launches tried, failed ones included
+_inside_launch = 0  # depth of interpreted launches under way: what the interpreter dispatches is not the candidate's
 _originals: dict[type, object] = {}
 _compiled: dict[str, dict] = {}
 
@@ -55,21 +67,30 @@ def install_launch_counter() -> None:
     (idempotent, process-wide; :func:`uninstall_launch_counter` before timing)."""
     from triton.runtime.jit import JITFunction
 
-    classes = [JITFunction]
+    classes = [(JITFunction, 0)]
     try:
         from triton.runtime.interpreter import InterpretedFunction
-        classes.append(InterpretedFunction)
+        # The interpreter runs a kernel with PyTorch's copies: those are Triton's, not the candidate's.
+        # (Only there: on a GPU, ops dispatched inside a launch, from a launch hook say, are the candidate's.)
+        classes.append((InterpretedFunction, 1))
     except ImportError:  # older Triton without the interpreter class
         pass
-    for cls in classes:
+    for cls, interpreted in classes:
         if cls in _originals:
             continue
         original = _originals[cls] = cls.run
 
-        def counted(kernel, *args, _original=original, **kwargs):
-            global _launches
+        def counted(kernel, *args, _original=original, _depth=interpreted, **kwargs):
+            # Counted once it returns: a launch that fails to compile or to run (and a candidate that
+            # catches the failure and computes with PyTorch instead) launched nothing.
+            global _launches, _attempts, _inside_launch
+            _attempts += 1
+            _inside_launch += _depth
+            try:
+                compiled = _original(kernel, *args, **kwargs)
+            finally:
+                _inside_launch -= _depth
             _launches += 1
-            compiled = _original(kernel, *args, **kwargs)
             _record(compiled)
             return compiled
 
@@ -84,7 +105,13 @@ def uninstall_launch_counter() -> None:
 
 
 def launch_count() -> int:
+    """Completed launches so far."""
     return _launches
+
+
+def attempted_launches() -> int:
+    """Launches tried so far, failed ones included."""
+    return _attempts
 
 
 def compiled_kernels() -> list[dict]:
@@ -98,15 +125,19 @@ _INT_SENTINEL = -1_234_567
 class CandidateMonitor(TorchDispatchMode):
     """While active: records aten operator names and poisons uninitialised allocations."""
 
-    def __init__(self):
+    def __init__(self, poison: bool = True):
+        """``poison=False`` leaves allocations as they are: no device work of ours inside a timed call."""
         super().__init__()
         self.ops: set[str] = set()
+        self.poison = poison
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if _inside_launch:  # the interpreter's own copies
+            return func(*args, **(kwargs or {}))
         name = func._schema.name.split("::")[-1]
         self.ops.add(name)
         out = func(*args, **(kwargs or {}))
-        if name in _EMPTY_OPS and isinstance(out, torch.Tensor) and out.numel():
+        if self.poison and name in _EMPTY_OPS and isinstance(out, torch.Tensor) and out.numel():
             if out.is_floating_point() or out.is_complex():
                 out.fill_(float("nan"))
             elif out.dtype != torch.bool:
@@ -114,8 +145,22 @@ class CandidateMonitor(TorchDispatchMode):
         return out
 
     @property
-    def heavy(self) -> list[str]:
-        return sorted(self.ops & HEAVY_OPS)
+    def not_glue(self) -> list[str]:
+        """Operators dispatched that are not glue (:data:`GLUE_OPS`)."""
+        return sorted(self.ops - GLUE_OPS)
+
+
+def call_violation(monitor: CandidateMonitor, completed: int, attempted: int) -> str | None:
+    """Why a monitored call breaks the rules (``completed`` and ``attempted`` launches during it), or None."""
+    if not completed:
+        if attempted:
+            return (f"the candidate's Triton launches all failed ({attempted} tried, none completed): the "
+                    "computation must run in its own Triton kernels, not in a fallback")
+        return "the candidate launched no Triton kernel: the computation must run in its own Triton kernels"
+    if monitor.not_glue:
+        return (f"the candidate calls PyTorch's {', '.join(monitor.not_glue)}: PyTorch may only allocate, "
+                "view, copy and cast around the candidate's own Triton kernels")
+    return None
 
 
 def timer_identities() -> dict[str, object]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import itertools
 import re
 import sys
 import time
@@ -23,6 +22,7 @@ from evaluator.guards import compiled_kernels, timer_identities, timers_tampered
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
 from evaluator import baseline, compile_seed, memory, roofline, seed_capture
+from evaluator.timed_checks import TimedCalls, check_outputs, in_turn, input_sets, sampled_calls, triton_share
 from evaluator.timing import L2_FLUSH_BYTES, time_interleaved, time_side_by_side
 
 
@@ -228,13 +228,15 @@ def _evaluate(request: dict, device: str) -> EvalResult:
                               L2_FLUSH_BYTES if device.startswith("cuda") else 0)
     if footprint:
         extra["memory"] = footprint
-    for key in ("compile_baseline_error", "shape_timings"):
-        if key in measured:
-            extra[key] = measured.pop(key)
+    for key in ("compile_baseline_error", "shape_timings", "timed_checks"):
+        value = measured.pop(key, None)
+        if value is not None:
+            extra[key] = value
     return EvalResult(
         status=Status.CORRECT,
         reason=f"passed {checks} checks: smoke, adversarial values, {len(shapes)} shapes x "
-               f"{len(request['seeds'])} seeds, each called twice around the reference",
+               f"{len(request['seeds'])} seeds, each called twice around the reference"
+               + (", and the timed calls" if "timed_checks" in extra else ""),
         timing_representative=device.startswith("cuda"),
         shapes_checked=len(shapes),
         extra=extra,
@@ -254,18 +256,20 @@ def _measure(request: dict, problem, reference, model, shapes: list[dict], seed:
     speedups, noise, roofline fraction, and the torch.compile baseline."""
     timing, shape = request["timing"], shapes[-1]
     inputs = make_inputs(problem, shape, seed, device)
-    sets = _input_sets(problem, shape, seed, device, timing, inputs)
-    baselines = {"reference": _in_turn(reference, sets, "reference timing")}
+    sets = input_sets(problem, shape, seed, device, timing, inputs)
+    candidate = _timed_calls(request, model, sets, seed, device)
+    baselines = {"reference": in_turn(reference, sets, "reference timing")}
     compile_settings = request.get("compile_baseline") or {}
     backend, mode = compile_settings.get("backend", "inductor"), compile_settings.get("mode")
     measured = {"roofline_fraction": None, "roofline": None}
     if compile_settings.get("timing") == "live":
         try:
             compiled = baseline.compiled_reference(reference, inputs, backend=backend, mode=mode)
-            baselines["compiled"] = _in_turn(compiled, sets, "torch.compile baseline")
+            baselines["compiled"] = in_turn(compiled, sets, "torch.compile baseline")
         except Exception as exc:  # a reference the compiler cannot handle has no compiled baseline
             measured["compile_baseline_error"] = baseline.failure(exc)
-    timed = time_interleaved(_in_turn(model, sets, "timing"), baselines, device, **_timing_args(timing))
+    timed = time_interleaved(candidate, baselines, device, **_timing_args(timing))
+    measured["timed_checks"] = _check_timed(request, problem, reference, candidate, timing)
     pair = timed["reference"]
     # The time of the timed calls (GPU time on a GPU; medians times samples): the part of an evaluation
     # spent on what it measures.
@@ -299,31 +303,48 @@ def _measure(request: dict, problem, reference, model, shapes: list[dict], seed:
             measured["compile_baseline_error"] = entry["error"]
     if request.get("time_shapes") == "all":
         measured["shape_timings"] = [
-            *(_shape_timing(problem, reference, model, s, seed, device, timing, noise_floor) for s in shapes[:-1]),
+            *(_shape_timing(request, problem, reference, model, s, seed, device, noise_floor) for s in shapes[:-1]),
             _shape_entry(shape, inputs, pair, noise_floor)]
     return measured
 
 
-def _shape_timing(problem, reference, model, shape: dict, seed: int, device: str, timing: dict,
+def _shape_timing(request: dict, problem, reference, model, shape: dict, seed: int, device: str,
                   noise_floor: float) -> dict:
+    timing = request["timing"]
     inputs = make_inputs(problem, shape, seed, device)
-    sets = _input_sets(problem, shape, seed, device, timing, inputs)
-    pair = time_side_by_side(_in_turn(model, sets, "timing"), _in_turn(reference, sets, "reference timing"),
-                             device, **_timing_args(timing))
+    sets = input_sets(problem, shape, seed, device, timing, inputs)
+    candidate = _timed_calls(request, model, sets, seed, device)
+    pair = time_side_by_side(candidate, in_turn(reference, sets, "reference timing"), device, **_timing_args(timing))
+    if request.get("timed_checks"):
+        check_outputs(candidate, reference, *_tolerances(request, problem))
     return _shape_entry(shape, inputs, pair, noise_floor)
 
 
-def _input_sets(problem, shape: dict, seed: int, device: str, timing: dict, first: list) -> list[list]:
-    """``first`` and ``timing["input_sets"] - 1`` more input sets of the shape, seeded apart."""
-    return [first, *(make_inputs(problem, shape, seed + 7919 * k, device)
-                     for k in range(1, int(timing.get("input_sets", 1))))]
+def _timed_calls(request: dict, model, sets: list[list], seed: int, device: str) -> TimedCalls:
+    """The candidate as timed, a seeded sample of its calls guarded (none with timed checks off)."""
+    checks, timing = request.get("timed_checks") or {}, request["timing"]
+    sampled = sampled_calls(checks["samples"], timing["warmup"] + timing["reps"], seed) if checks else set()
+    return TimedCalls(model, sets, sampled, device)
 
 
-def _in_turn(model, sets: list[list], stage: str):
-    """``model`` called on the input sets in turn.  Every timed callable is called once per
-    round, so candidate and baselines of one round see the same set."""
-    turns = itertools.cycle(sets)
-    return lambda: call(model, next(turns), stage)
+def _tolerances(request: dict, problem) -> tuple:
+    return getattr(problem, "ATOL", request.get("tolerance")), getattr(problem, "RTOL", request.get("tolerance"))
+
+
+def _check_timed(request: dict, problem, reference, candidate: TimedCalls, timing: dict) -> dict | None:
+    """The timed calls' outputs against the reference's and, on a GPU, one profiled batch
+    (``evaluator.timed_checks``); what was verified, for the result's ``extra``."""
+    checks = request.get("timed_checks")
+    if not checks:
+        return None
+    verified = {"input_sets": len(candidate.sets),
+                "outputs_checked": check_outputs(candidate, reference, *_tolerances(request, problem))}
+    names = {k["name"] for k in compiled_kernels()}
+    if candidate.device.startswith("cuda") and names:
+        calls = max(len(candidate.sets), int(timing.get("batch", 8)))
+        verified.update(triton_share(candidate, names, calls, float(checks["triton_share_min"])))
+    verified["guarded_calls"] = candidate.audited
+    return verified
 
 
 def _shape_entry(shape: dict, inputs: list, pair, noise_floor: float) -> dict:

@@ -59,7 +59,7 @@ def test_a_reference_that_works_in_place_is_checked_on_inputs_of_its_own(cpu_eva
 def test_inputs_that_the_seed_does_not_determine_are_copied_instead(cpu_evaluator):
     result = cpu_evaluator.evaluate("double", UNSEEDED_INPUTS, candidate())
     assert result.status is Status.CORRECT, result.reason
-    cheat = candidate("x.add_(1.0)")
+    cheat = candidate("x.fill_(1.0)")  # glue that writes its input: the reference must not see it
     assert cpu_evaluator.evaluate("double", UNSEEDED_INPUTS, cheat).status is Status.INCORRECT
 
 

@@ -70,7 +70,7 @@ def test_correct_candidate_is_timed_side_by_side(evaluator):
 @pytest.mark.parametrize("change, status, reason", [
     ("out = out", Status.CORRECT, "passed"),
     ("out = torch.zeros_like(x); n = n - 1 if n > 200 else n", Status.INCORRECT, "shape {'n': 4097}"),
-    ("x.mul_(1.0001)", Status.INCORRECT, "modified its inputs"),
+    ("x.fill_(1.0)", Status.INCORRECT, "modified its inputs"),  # fill_ is glue; mul_ is not
     ("raise ValueError('boom')", Status.RUNTIME_ERROR, "ValueError: boom"),
     ("import faulthandler; faulthandler._sigsegv()", Status.CRASHED, "signal 11"),
     ("import time; time.sleep(60)", Status.TIMEOUT, "process group killed"),
@@ -84,13 +84,13 @@ def test_failures_are_classified(evaluator, change, status, reason):
 CHEATS = {
     "torch only, kernel never launched": (
         "return x * 2.0", Status.REJECTED, "launched no Triton kernel"),
-    "kernel launched, real work in torch.mm": ("", Status.REJECTED, "PyTorch's mm"),
+    "kernel launched, real work in torch.mm": ("", Status.REJECTED, "PyTorch's add, mm, mul"),
     "a thread does the work": ("import threading", Status.REJECTED, "imports threading"),
     "another CUDA stream": ("s = torch.cuda.Stream()", Status.REJECTED, "torch.cuda.Stream"),
     "output caching": (
-        "global CACHE\n        if 'CACHE' in globals(): return CACHE\n        CACHE = x * 2.0", Status.INCORRECT, ""),
-    "saturates on large values": ("x = x.clamp(-100, 100)", Status.INCORRECT, "very large values"),
-    "non-deterministic": ("x = x + torch.rand_like(x) * 1e-7", Status.INCORRECT, "not deterministic"),
+        "global CACHE\n        if 'CACHE' in globals(): return CACHE", Status.INCORRECT, ""),
+    "saturates on large values": ("", Status.INCORRECT, "very large values"),
+    "non-deterministic": ("import random; seed = random.randrange(1 << 30)", Status.INCORRECT, "not deterministic"),
     "unwritten tail": ("n = n - 1 if n > 200 else n", Status.INCORRECT, "NaN"),
 }
 
@@ -103,6 +103,15 @@ def test_cheats_are_caught(evaluator, name):
         source = candidate().replace("        out = torch.empty_like(x)", "        return x * 2.0")
     if name == "kernel launched, real work in torch.mm":
         source = candidate().replace("        return out", "        return (x[:, None] @ x[None, :]).diagonal() * 0 + x * 2")
+    if name == "output caching":
+        source = source.replace("        return out", "        CACHE = out\n        return out")
+    if name == "saturates on large values":
+        source = source.replace("tl.load(x_ptr + offs, mask=mask) * 2.0",
+                                "tl.minimum(tl.maximum(tl.load(x_ptr + offs, mask=mask), -100.0), 100.0) * 2.0")
+    if name == "non-deterministic":  # noise of its own in the kernel, seeded differently on each call
+        source = source.replace("out_ptr, n, BLOCK", "out_ptr, n, seed, BLOCK").replace(
+            "mask=mask) * 2.0", "mask=mask) * 2.0 + tl.rand(seed, offs) * 1e-7").replace(
+            "(x, out, n, BLOCK", "(x, out, n, seed, BLOCK")
     result = evaluator.evaluate("double", TASK, source)
     assert result.status is status, result.reason
     assert reason in result.reason
@@ -310,7 +319,7 @@ def test_a_batch_queued_for_longer_than_the_gpu_spun_is_timed_again_behind_a_lon
 def test_timed_calls_of_one_round_take_the_same_input_set():
     import torch
 
-    from evaluator.harness import _in_turn
+    from evaluator.timed_checks import in_turn as _in_turn
     from evaluator.timing import time_interleaved
 
     seen = {"candidate": [], "reference": []}

@@ -19,7 +19,8 @@ def test_seed_is_correct(cpu_evaluator, builtin_tasks, name):
 @pytest.mark.parametrize("name", ["softmax", "layernorm", "row_sum"])
 def test_a_slightly_wrong_kernel_is_caught(cpu_evaluator, builtin_tasks, name):
     task = builtin_tasks[name]
-    wrong = task.seeds[0].replace("        return out", "        return out * 1.001")
+    # One element wrong, written with glue (a fill) that the guards let through.
+    wrong = task.seeds[0].replace("        return out", "        out.view(-1)[:1].fill_(0.5)\n        return out")
     assert wrong != task.seeds[0]
     result = cpu_evaluator.evaluate(task.name, task.source, wrong)
     assert result.status is Status.INCORRECT, result.reason

@@ -1,4 +1,4 @@
-"""Seed kernel for cross_entropy: one program per row, two passes (max, sum of exp) in BLOCK_SIZE chunks giving loss = log(sum) + max - x[target]; the mean over rows is taken with torch."""
+"""Seed kernel for cross_entropy: one program per row, two passes (max, sum of exp) in BLOCK_SIZE chunks giving loss = log(sum) + max - x[target]; the mean over rows in a second, one-program kernel."""
 import torch
 import torch.nn as nn
 import triton
@@ -40,6 +40,16 @@ def cross_entropy_kernel(logits_ptr, targets_ptr, loss_ptr, n_cols, stride_lm,
     tl.store(loss_ptr + row, lse - x_t)
 
 
+@triton.jit
+def mean_kernel(loss_ptr, out_ptr, n_rows, BLOCK_SIZE: tl.constexpr):
+    offs = tl.arange(0, BLOCK_SIZE)
+    acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    for start in range(0, n_rows, BLOCK_SIZE):
+        rows = start + offs
+        acc += tl.load(loss_ptr + rows, mask=rows < n_rows, other=0.0)
+    tl.store(out_ptr, (tl.sum(acc, axis=0) / n_rows).to(out_ptr.dtype.element_ty))
+
+
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
@@ -52,4 +62,6 @@ class ModelNew(nn.Module):
         grid = (n_rows,)
         cross_entropy_kernel[grid](logits, targets, losses, n_cols, logits.stride(0),
                                    BLOCK_SIZE=BLOCK_SIZE, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-        return losses.mean().to(logits.dtype)
+        out = torch.empty((), dtype=logits.dtype, device=logits.device)
+        mean_kernel[(1,)](losses, out, n_rows, BLOCK_SIZE=BLOCK_SIZE, num_warps=NUM_WARPS)
+        return out
