@@ -38,7 +38,7 @@ def check_mode(device: str, mode: str) -> dict:
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                               env=dict(os.environ, OPENAI_API_KEY=SECRET))
     name, marker = f"escaped-{uuid.uuid4().hex[:8]}", f"evo-escapee-{uuid.uuid4().hex[:12]}"
-    targets = [os.getcwd(), str(REPO), os.path.expanduser("~"), "/tmp"]
+    targets = list(dict.fromkeys([os.getcwd(), str(REPO), os.path.expanduser("~"), "/tmp"]))
     kill = f'_os = __import__("o" + "s")\ntry:\n    getattr(_os, "ki" + "ll")({holder.pid}, 9)\nexcept OSError:\n    pass\n'
     hostile = {
         "honest": candidate(),

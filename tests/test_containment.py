@@ -157,7 +157,8 @@ except OSError:
 def test_a_candidate_can_write_only_into_its_scratch(contained, tmp_path):
     evaluator, state = contained
     name = f"escaped-{uuid.uuid4().hex[:8]}"
-    targets = [os.getcwd(), str(REPO), os.path.expanduser("~"), str(tmp_path), "/tmp"]
+    # Once each: started from the repository, the current directory is the repository.
+    targets = list(dict.fromkeys([os.getcwd(), str(REPO), os.path.expanduser("~"), str(tmp_path), "/tmp"]))
     source = WRITE_FILES.replace("TARGETS", repr(targets)).replace("NAME", name) + candidate()
     result = evaluator.evaluate("double", TASK, source)
     escaped = [Path(t, name) for t in targets if Path(t, name).exists()]
@@ -228,7 +229,8 @@ def test_evo_eval_keeps_the_engines_key_and_answers_despite_a_detached_sleeper(t
     leak = READ_ENVIRONS.replace("SECRET", SECRET).replace("ENGINE", "0")
     leak += '\nif _found:\n    raise RuntimeError("found the key in " + repr(_found))\n'
     cand.write_text(leak + DETACH.replace("MARKER", marker) + candidate())
-    env = dict(os.environ, OPENAI_API_KEY=SECRET, PYTHONPATH=str(REPO))
+    env = dict(os.environ, OPENAI_API_KEY=SECRET,
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     started = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "evo.cli", "eval", f"task={task}", f"candidate={cand}",
                           f"evaluator.device={device}", f"evaluator.timeout_s={TIMEOUT_S}",
