@@ -9,7 +9,6 @@ import pytest
 from evo.cli import main
 from evo.export import forward_signature
 from tests.test_cli import LOCAL, evo
-from tests.test_evaluator import GOOD
 from tests.test_export import ENGINE, selftest
 
 PROBLEM = '''
@@ -34,8 +33,27 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
-SEED = GOOD.replace("    def forward(self, x):", "    def forward(self, x: torch.Tensor, scale: float = 2.0, *, shift: float = 0.0):") \
-    .replace("        PREPARE\n", "").replace("        return out", "        return out * (scale / 2.0) + shift")
+SEED = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scaled_kernel(x_ptr, out_ptr, n, scale, shift, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * scale + shift, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor, scale: float = 2.0, *, shift: float = 0.0):
+        out = torch.empty_like(x)
+        n = x.numel()
+        scaled_kernel[(triton.cdiv(n, 256),)](x, out, n, float(scale), float(shift), BLOCK_SIZE=256)
+        return out
+'''
 
 
 def test_the_signature_drops_annotations_and_defers_non_literal_defaults():
