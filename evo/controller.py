@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-from collections import Counter, deque
+from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Callable, NamedTuple
 
@@ -30,6 +30,7 @@ from evo.kernel_source import normalized_hash
 from evo.pacing import Pacing
 from evo.program import SEED, SEED_OPERATORS, Program
 from evo.run_settings import RunSettings
+from evo.scheduler import MAX_LOST_EVALUATIONS, EvaluationQueue
 from evo.seeding import ATTEMPTS_META, Seeding
 from evo.selection import Selection, Uniform
 from evo.task import Task
@@ -40,7 +41,6 @@ from operators.meta_prompt import STATE_KEY as PROMPTS_STATE  # the fragments an
 from operators.steering import LLMSteering
 
 Events = Callable[..., None]
-MAX_LOST_EVALUATIONS = 2  # a program whose evaluator dies more often than this is charged with a crash
 RNG_META = "rng.controller"  # the run loop's RNG state, saved with every program and evaluation it led to
 SEQUENCE_META = "rng.proposals"  # proposals started so far: each island seeds a proposal's RNG with its number
 
@@ -82,27 +82,19 @@ class Controller:
         self._task_cycle = {i: itertools.cycle(self.tasks) for i in range(backend.island_count)}
         self._island_shares = [0] * backend.island_count  # proposals started on each island in this session
         self._ready: set[str] = set()  # tasks with at least one elite
-        self._queue: deque[Program] = deque()
         self._proposals: dict[Future, _Out] = {}
         self.feedback = Feedback(steering, self.rng, events, settings.failures_shown)
         self.prompts = self.feedback.prompts
         self._llm_stopped = False
         self._pacing = Pacing(backend.evaluator_count)
-        self._evaluations: dict[Future, tuple[int, Program]] = {}
-        self._idle = deque(range(backend.evaluator_count))
-        self._in_flight_hashes: set[tuple[str, str]] = set()
-        self._lost_evaluations: dict[int, int] = {}  # program id -> evaluator deaths while evaluating it
+        self._evaluations = EvaluationQueue(backend.evaluator_count, self._pacing)  # when and where
         self._sequence = 0  # proposals started in this run, resumes included (restored in _start)
         self.stagnation = Stagnation(0)  # islands without a new best, when reseeding is on (built in _start)
 
     # -- bookkeeping ---------------------------------------------------------
     def _committed(self) -> int:
-        children = sum(p.operator not in SEED_OPERATORS for p in self._waiting())
+        children = sum(p.operator not in SEED_OPERATORS for p in self._evaluations.programs())
         return self.children_done + children + sum(out.parent is not None for out in self._proposals.values())
-
-    def _enqueue(self, program: Program) -> None:
-        self._queue.append(program)
-        self._in_flight_hashes.add((program.task, program.source_hash))
 
     def _rng_meta(self) -> dict[str, str]:
         meta = {RNG_META: json.dumps(self.rng.bit_generator.state), SEQUENCE_META: str(self._sequence)}
@@ -133,14 +125,14 @@ class Controller:
                     self._reseed(task, island)
         for program in self.archive.pending():  # in flight when the last run stopped
             if program.task in self.tasks:
-                self._enqueue(program)
+                self._evaluations.add(program)
         for task in self.tasks.values():
             for source in task.seeds:  # a seed file added since the last start counts too
                 if not self.archive.find_duplicate(task.name, source):
-                    self._enqueue(self.archive.add_program(task=task.name, island=0, generation=0,
+                    self._evaluations.add(self.archive.add_program(task=task.name, island=0, generation=0,
                                                            operator=SEED, source=source))
             self._check_unseeded(task.name, "evaluated by an earlier start of this run")
-        self.events("start", children_done=self.children_done, requeued=len(self._queue),
+        self.events("start", children_done=self.children_done, requeued=self._evaluations.queued,
                     budget=self.settings.budget_evaluations)
 
     # -- the loop -------------------------------------------------------------
@@ -161,19 +153,18 @@ class Controller:
         self._start()
         stalled = False
         while True:
-            self._start_evaluations()
+            self._evaluations.start(self._submit)
             if not stalled:
                 self._start_proposals()
-            if not (self._proposals or self._evaluations or self._queue):
+            if not (self._proposals or self._evaluations):
                 break
-            done, _ = wait([*self._proposals, *self._evaluations], return_when=FIRST_COMPLETED)
+            done, _ = wait([*self._proposals, *self._evaluations.futures()], return_when=FIRST_COMPLETED)
             for future in done:
                 if future in self._proposals:
                     self._pacing.finished(future, "proposal")
                     self._on_proposal(future, *self._proposals.pop(future))
                 else:
-                    self._pacing.finished(future, "evaluation")
-                    self._on_evaluation(future, *self._evaluations.pop(future))
+                    self._on_evaluation(future, *self._evaluations.finished(future))
             if self.failed_in_a_row >= self.settings.max_failed_proposals and not stalled:
                 stalled = True
                 self.events("stalled", failed=self.failed_in_a_row)
@@ -184,13 +175,9 @@ class Controller:
             self.archive.set_meta(key, value)
         self.events("done", children_done=self.children_done)
 
-    def _start_evaluations(self) -> None:
-        while self._idle and self._queue:
-            worker, program = self._idle.popleft(), self._queue.popleft()
-            task = self.tasks[program.task]
-            future = self.backend.evaluate(worker, task.name, task.source, program.source)
-            self._evaluations[future] = (worker, program)
-            self._pacing.started(future)
+    def _submit(self, worker: int, program: Program) -> Future:
+        task = self.tasks[program.task]
+        return self.backend.evaluate(worker, task.name, task.source, program.source)
 
     def _start_proposals(self) -> None:
         islands, requests = self.backend.island_count, self.settings.proposals_per_island
@@ -206,7 +193,7 @@ class Controller:
             cap = most if left > requests * islands else requests
             room = [i for i in range(islands) if held[i] < cap]
             seed_for = self._seed_task()  # seeds are outside the evaluation budget
-            if (not room or len(self._proposals) >= most * islands or len(self._queue) >= backlog
+            if (not room or len(self._proposals) >= most * islands or self._evaluations.queued >= backlog
                     or (seed_for is None and (not self._ready or left <= 0))):
                 return
             model = None
@@ -265,7 +252,7 @@ class Controller:
         are still to be evaluated."""
         if self.seeding is None or len(self._ready) == len(self.tasks):
             return None
-        waiting = self._waiting()
+        waiting = self._evaluations.programs()
         shipped = {p.task for p in waiting if p.operator == SEED}
         unready = [name for name in self.tasks if name not in self._ready and name not in shipped]
         return self.seeding.next_task(unready, self._attempts_out(), Counter(p.task for p in waiting))
@@ -290,7 +277,7 @@ class Controller:
             self.seeding.attempted(task)
         if failure is None:
             source_hash = proposal.source_hash or normalized_hash(proposal.source)
-            if ((task, source_hash) in self._in_flight_hashes
+            if (self._evaluations.under_way(task, source_hash)
                     or self.archive.find_duplicate(task, proposal.source, source_hash)):
                 failure = "duplicate of an archived or in-flight program"
         if failure is None:
@@ -302,7 +289,7 @@ class Controller:
                 inspiration_ids=[p.id for p in inspirations if p.id not in proposal.mates],
                 source_hash=source_hash, descriptors=proposal.descriptors, meta=self._rng_meta(),
                 llm_calls=proposal.llm_calls)  # one transaction: the program, its requests, the RNG state
-            self._enqueue(program)
+            self._evaluations.add(program)
             self.feedback.made(program, model, parent, fragment, bool(proposal.llm_calls))
         else:
             self.failed_in_a_row += 1
@@ -316,20 +303,16 @@ class Controller:
                 self._check_unseeded(task, f"no kernel: {failure}")
 
     def _on_evaluation(self, future: Future, worker: int, program: Program) -> None:
-        self._idle.append(worker)
         try:
             result: EvalResult = future.result()
         except Exception as exc:  # the evaluator actor (or its node) died, not the candidate's sandbox
-            lost = self._lost_evaluations.get(program.id, 0) + 1
-            self._lost_evaluations[program.id] = lost
-            if lost <= MAX_LOST_EVALUATIONS:
-                self._queue.appendleft(program)  # evaluated again, on a restarted or another evaluator
+            if self._evaluations.lost(program) is not None:  # evaluated again, on a restarted or another evaluator
                 self.events("evaluation_lost", program_id=program.id, task=program.task, worker=worker,
                             reason=f"{type(exc).__name__}: {exc}"[:300])
                 return
-            result = EvalResult(status=Status.CRASHED, reason=f"evaluator failed {lost} times, last: "
-                                                              f"{type(exc).__name__}: {exc}")
-        self._in_flight_hashes.discard((program.task, program.source_hash))
+            result = EvalResult(status=Status.CRASHED, reason=f"evaluator failed {MAX_LOST_EVALUATIONS + 1} "
+                                                              f"times, last: {type(exc).__name__}: {exc}")
+        self._evaluations.recorded(program)
         insert = self.archive.record_evaluation(program, result, meta=self._rng_meta())
         if result.device and not self.hardware:
             self.hardware = result.device
@@ -354,14 +337,10 @@ class Controller:
                     children_done=self.children_done, in_flight=self._in_flight())
         self._check_unseeded(program.task, f"{result.status.value}: {result.reason}")
 
-    def _waiting(self) -> list[Program]:
-        """Programs waiting for their evaluation or being evaluated."""
-        return [*self._queue, *(p for _, p in self._evaluations.values())]
-
     def _check_unseeded(self, task: str, last: str) -> None:
         """A task without a correct program, with nothing of it under way, is set aside when no seed can
         come any more (``last``: what the last attempt came to)."""
-        if (task in self._ready or any(p.task == task for p in self._waiting())
+        if (task in self._ready or any(p.task == task for p in self._evaluations.programs())
                 or any(out.task == task for out in self._proposals.values())):
             return
         if self.seeding is None:
@@ -381,7 +360,7 @@ class Controller:
         # Each island sends at most proposals_per_island requests at once; the rest are prepared.
         state = {"proposals": len(self._proposals),
                  "llm_requests": sum(min(n, self.settings.proposals_per_island) for n in llm),
-                 "evaluations": len(self._evaluations), "queued": len(self._queue)}
+                 "evaluations": self._evaluations.running, "queued": self._evaluations.queued}
         if self.steering is not None:
             state["llm_usd"] = round(self.steering.budget.spent_usd, 4)
         return state
