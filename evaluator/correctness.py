@@ -27,6 +27,7 @@ from evaluator.calls import Failure, call, clone, make_inputs, synchronize
 from evaluator.compare import CHUNK, digest, mismatch
 from evaluator.guards import (CandidateMonitor, attempted_launches, call_violation, extra_threads,
                              install_launch_counter, launch_count, timers_tampered)
+from evaluator.phases import Phases
 from evaluator.result import Status
 
 # Scales for the adversarial inputs: wide for fp32/fp64, kept in range for half types.
@@ -95,6 +96,7 @@ class Verifier:
         self.timers = timers
         install_launch_counter()
         self.checks = 0
+        self.phases = Phases()  # seconds per stage: smoke_s, adversarial_s, shapes_s
         self.repeatable_inputs = True  # get_inputs gives the same values for the same seed (see run)
 
     def _candidate(self, inputs, where: str, guarded: bool = False):
@@ -152,13 +154,16 @@ class Verifier:
 
         # Inputs made again give the same values (seeded) in new storage, unless get_inputs draws from
         # a generator the seeding does not reach: then each check keeps a copy instead.
-        self.repeatable_inputs = digest(maker(smallest, seeds[0])()) == digest(maker(smallest, seeds[0])())
-        self.check(maker(smallest, seeds[0]), f"smoke test, shape {smallest or 'default'}", guarded=True)
-        for name, variant, atol_scale in adversarial_variants(maker(smallest, seeds[0])):
-            self.check(variant, f"{name}, shape {smallest or 'default'}", atol_scale=atol_scale)
-        for shape in shapes:
-            for seed in seeds:
-                if shape is smallest and seed == seeds[0]:
-                    continue  # the smoke test covered it
-                self.check(maker(shape, seed), f"shape {shape or 'default'}, seed {seed}")
+        with self.phases.timed("smoke_s"):  # the candidate's first launch: its JIT compile is here
+            self.repeatable_inputs = digest(maker(smallest, seeds[0])()) == digest(maker(smallest, seeds[0])())
+            self.check(maker(smallest, seeds[0]), f"smoke test, shape {smallest or 'default'}", guarded=True)
+        with self.phases.timed("adversarial_s"):
+            for name, variant, atol_scale in adversarial_variants(maker(smallest, seeds[0])):
+                self.check(variant, f"{name}, shape {smallest or 'default'}", atol_scale=atol_scale)
+        with self.phases.timed("shapes_s"):
+            for shape in shapes:
+                for seed in seeds:
+                    if shape is smallest and seed == seeds[0]:
+                        continue  # the smoke test covered it
+                    self.check(maker(shape, seed), f"shape {shape or 'default'}, seed {seed}")
         return self.checks

@@ -22,6 +22,7 @@ from evaluator.guards import compiled_kernels, timer_identities, timers_tampered
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
 from evaluator import baseline, compile_seed, memory, roofline, seed_capture
+from evaluator.phases import Phases
 from evaluator.timed_checks import TimedCalls, check_outputs, in_turn, input_sets, sampled_calls, triton_share
 from evaluator.timing import L2_FLUSH_BYTES, time_interleaved, time_side_by_side
 
@@ -177,12 +178,17 @@ def _evaluate(request: dict, device: str) -> EvalResult:
     if rejection:
         raise Failure(Status.REJECTED, rejection)
     scratch = Path(request["scratch"])
-    problem = _load_module(request["task_source"], scratch, "task")
+    phases = Phases()  # load_s, checks_s, timing_s, and the parts of each
     began = time.monotonic()
-    reference = _build(problem.Model, problem, device)
-    shapes = select_shapes(problem, device, request["cpu_max_numel"])
-    # What the reference alone needs, measured before any candidate code runs.
-    reference_bytes = memory.reference_footprint(problem, reference, shapes[-1], request["seeds"][0], device)
+    if device.startswith("cuda"):
+        with phases.timed("cuda_init_s"):  # the forked child's own CUDA context
+            torch.empty(1, device=device)
+    with phases.timed("reference_s"):
+        problem = _load_module(request["task_source"], scratch, "task")
+        reference = _build(problem.Model, problem, device)
+        shapes = select_shapes(problem, device, request["cpu_max_numel"])
+        # What the reference alone needs, measured before any candidate code runs.
+        reference_bytes = memory.reference_footprint(problem, reference, shapes[-1], request["seeds"][0], device)
     timers = timer_identities()  # before any candidate code runs
     try:
         candidate = _load_module(source, scratch, "candidate")
@@ -195,10 +201,11 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         raise Failure(Status.RUNTIME_ERROR, f"ModelNew(...): {type(exc).__name__}: {exc}",
                        error_text(exc)) from exc
 
-    phases = {"load_s": time.monotonic() - began}
-    checks = Verifier(problem, reference, model, device, timers, request.get("tolerance")).run(
-        shapes, list(request["seeds"]))
+    phases["load_s"] = time.monotonic() - began
+    verifier = Verifier(problem, reference, model, device, timers, request.get("tolerance"))
+    checks = verifier.run(shapes, list(request["seeds"]))
     phases["checks_s"] = time.monotonic() - began - phases["load_s"]
+    phases.update(verifier.phases)
     checks_bytes = memory.phase_peak(device)
 
     tampered = timers_tampered(timers)
@@ -206,15 +213,16 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         raise Failure(Status.REJECTED, f"the candidate replaced {', '.join(tampered)}")
     uninstall_launch_counter()
     kernels = compiled_kernels()
-    measured = _measure(request, problem, reference, model, shapes, request["seeds"][0], device)
+    measured = _measure(request, problem, reference, model, shapes, request["seeds"][0], device, phases)
     limit = request.get("roofline_limit") or float("inf")
     extra = {"kernels": kernels} if kernels else {}
     if measured["roofline_fraction"] is not None and measured["roofline_fraction"] > limit:
         # Faster than the hardware allows: check everything again on fresh inputs and time again.
         fresh = [seed + 7919 for seed in request["seeds"]]
-        Verifier(problem, reference, model, device, timers, request.get("tolerance")).run(shapes, fresh)
+        with phases.timed("reverify_s"):
+            Verifier(problem, reference, model, device, timers, request.get("tolerance")).run(shapes, fresh)
         uninstall_launch_counter()
-        first, measured = measured, _measure(request, problem, reference, model, shapes, fresh[0], device)
+        first, measured = measured, _measure(request, problem, reference, model, shapes, fresh[0], device, phases)
         extra["reverified"] = {"roofline_fraction": first["roofline_fraction"], "speedup": first["speedup"]}
         if measured["roofline_fraction"] > limit:
             raise Failure(Status.REJECTED,
@@ -223,7 +231,7 @@ def _evaluate(request: dict, device: str) -> EvalResult:
                           "skips work, or the task's flops/bytes_moved are wrong")
     phases["timing_s"] = time.monotonic() - began - phases["load_s"] - phases["checks_s"]
     phases["timed_calls_s"] = measured.pop("timed_calls_s")
-    extra.update(phases=phases, roofline=measured.pop("roofline"), work=measured.pop("work"))
+    extra.update(phases=dict(phases), roofline=measured.pop("roofline"), work=measured.pop("work"))
     footprint = memory.report(reference_bytes, device, checks_bytes, memory.phase_peak(device),
                               L2_FLUSH_BYTES if device.startswith("cuda") else 0)
     if footprint:
@@ -251,12 +259,15 @@ def _timing_args(timing: dict) -> dict:
                 warmup_s=timing.get("warmup_s", 0.0), batch=timing.get("batch", 8))
 
 
-def _measure(request: dict, problem, reference, model, shapes: list[dict], seed: int, device: str) -> dict:
+def _measure(request: dict, problem, reference, model, shapes: list[dict], seed: int, device: str,
+             phases: Phases) -> dict:
     """Side-by-side timing on the largest shape (and on every shape set with ``time_shapes=all``):
-    speedups, noise, roofline fraction, and the torch.compile baseline."""
+    speedups, noise, roofline fraction, and the torch.compile baseline; the time of each part
+    added to ``phases``."""
     timing, shape = request["timing"], shapes[-1]
-    inputs = make_inputs(problem, shape, seed, device)
-    sets = input_sets(problem, shape, seed, device, timing, inputs)
+    with phases.timed("inputs_s"):
+        inputs = make_inputs(problem, shape, seed, device)
+        sets = input_sets(problem, shape, seed, device, timing, inputs)
     candidate = _timed_calls(request, model, sets, seed, device)
     baselines = {"reference": in_turn(reference, sets, "reference timing")}
     compile_settings = request.get("compile_baseline") or {}
@@ -264,12 +275,15 @@ def _measure(request: dict, problem, reference, model, shapes: list[dict], seed:
     measured = {"roofline_fraction": None, "roofline": None}
     if compile_settings.get("timing") == "live":
         try:
-            compiled = baseline.compiled_reference(reference, inputs, backend=backend, mode=mode)
+            with phases.timed("baseline_compile_s"):
+                compiled = baseline.compiled_reference(reference, inputs, backend=backend, mode=mode)
             baselines["compiled"] = in_turn(compiled, sets, "torch.compile baseline")
         except Exception as exc:  # a reference the compiler cannot handle has no compiled baseline
             measured["compile_baseline_error"] = baseline.failure(exc)
-    timed = time_interleaved(candidate, baselines, device, **_timing_args(timing))
-    measured["timed_checks"] = _check_timed(request, problem, reference, candidate, timing)
+    with phases.timed("interleaved_s"):  # warm-up, the timed calls, their synchronisations
+        timed = time_interleaved(candidate, baselines, device, **_timing_args(timing))
+    with phases.timed("timed_checks_s"):
+        measured["timed_checks"] = _check_timed(request, problem, reference, candidate, timing)
     pair = timed["reference"]
     # The time of the timed calls (GPU time on a GPU; medians times samples): the part of an evaluation
     # spent on what it measures.
@@ -281,10 +295,11 @@ def _measure(request: dict, problem, reference, model, shapes: list[dict], seed:
         "ref_runtime_ms": pair.baseline.median_ms, "runtime_spread": pair.candidate.spread,
         "ref_runtime_spread": pair.baseline.spread, "speedup_noise": max(pair.noise, noise_floor),
     })
-    work = roofline.work_of(problem, inputs, lambda: call(reference, inputs, "reference"))
+    with phases.timed("roofline_s"):
+        work = roofline.work_of(problem, inputs, lambda: call(reference, inputs, "reference"))
+        peaks = roofline.peaks_for(device, request.get("roofline_peaks"), Path(request["scratch"]))
     measured["work"] = f"{work.bytes / 1e6:.3g} MB, {work.flops / 1e9:.3g} GFLOP per call" + (
         "" if work.declared else " (bytes of inputs and outputs)")
-    peaks = roofline.peaks_for(device, request.get("roofline_peaks"), Path(request["scratch"]))
     if peaks is not None:
         measured["roofline_fraction"] = roofline.fraction(work, pair.candidate.median_ms, peaks)
         measured["roofline"] = {"bytes_per_s": peaks.bytes_per_s, "flops_per_s": peaks.flops_per_s,
@@ -293,18 +308,21 @@ def _measure(request: dict, problem, reference, model, shapes: list[dict], seed:
         measured["compiled_runtime_ms"] = timed["compiled"].baseline.median_ms
         measured["speedup_vs_compiled"] = timed["compiled"].ratio
     elif compile_settings.get("timing") == "cached":
-        entry = baseline.compiled_over_eager(
-            problem, reference, inputs, task_source=request["task_source"], shape=shape, device=device,
-            backend=backend, mode=mode, timing=timing, scratch=Path(request["scratch"]))
+        with phases.timed("baseline_compile_s"):  # once per task and worker: cached in its scratch
+            entry = baseline.compiled_over_eager(
+                problem, reference, inputs, task_source=request["task_source"], shape=shape, device=device,
+                backend=backend, mode=mode, timing=timing, scratch=Path(request["scratch"]))
         if "ratio" in entry:
             measured["compiled_runtime_ms"] = entry["ratio"] * pair.baseline.median_ms
             measured["speedup_vs_compiled"] = measured["compiled_runtime_ms"] / pair.candidate.median_ms
         else:
             measured["compile_baseline_error"] = entry["error"]
     if request.get("time_shapes") == "all":
-        measured["shape_timings"] = [
-            *(_shape_timing(request, problem, reference, model, s, seed, device, noise_floor) for s in shapes[:-1]),
-            _shape_entry(shape, inputs, pair, noise_floor)]
+        with phases.timed("shape_timings_s"):
+            measured["shape_timings"] = [
+                *(_shape_timing(request, problem, reference, model, s, seed, device, noise_floor)
+                  for s in shapes[:-1]),
+                _shape_entry(shape, inputs, pair, noise_floor)]
     return measured
 
 

@@ -83,6 +83,12 @@ def fast_p_table(rows: list[dict], tolerance: str) -> Table:
 
 
 _PHASES = (("host_s", "start and transfer"), ("load_s", "load"), ("checks_s", "checks"), ("timing_s", "timing"))
+# The parts of load, checks and timing that the harness times on its own (evaluator.harness).
+_PARTS = (("cuda_init_s", "CUDA context"), ("reference_s", "reference"), ("smoke_s", "smoke test and JIT"),
+          ("adversarial_s", "adversarial values"), ("shapes_s", "shapes and seeds"), ("inputs_s", "timing inputs"),
+          ("baseline_compile_s", "torch.compile baseline"), ("interleaved_s", "timing loop"),
+          ("timed_checks_s", "timed-call checks"), ("roofline_s", "roofline"), ("shape_timings_s", "per-shape timing"),
+          ("reverify_s", "re-verification"))
 
 
 def phase_line(totals: dict) -> str | None:
@@ -95,5 +101,7 @@ def phase_line(totals: dict) -> str | None:
     parts = ", ".join(f"{label} {seconds[key]:.0f} s ({seconds[key] / whole:.0%})"
                       for key, label in _PHASES if key in seconds)
     timed = seconds.get("timed_calls_s", 0.0)
+    within = ", ".join(f"{label} {seconds[key] / n:.2f}" for key, label in _PARTS if key in seconds)
     return (f"evaluator time: {whole:.0f} s for {n} evaluations ({60 * n / whole:.1f} per evaluator-minute, "
-            f"{whole / n:.1f} s each): {parts}; in timed calls {timed:.0f} s ({timed / whole:.0%} of it)")
+            f"{whole / n:.1f} s each): {parts}; in timed calls {timed:.0f} s ({timed / whole:.0%} of it)"
+            + (f"; seconds per evaluation in: {within}" if within else ""))

@@ -213,8 +213,14 @@ def test_result_reports_noise_work_and_phases(evaluator):
     assert result.roofline_fraction is None  # the interpreter's speed says nothing about a roofline
     assert "bytes of inputs and outputs" in result.extra["work"]
     phases = result.extra["phases"]
-    assert set(phases) == {"load_s", "checks_s", "timing_s", "timed_calls_s", "host_s", "total_s"}
-    assert 0 < phases["timed_calls_s"] <= phases["timing_s"] <= phases["total_s"]
+    assert set(phases) == {"load_s", "checks_s", "timing_s", "timed_calls_s", "host_s", "total_s",
+                           "reference_s", "smoke_s", "adversarial_s", "shapes_s",  # parts of load and checks
+                           "inputs_s", "interleaved_s", "timed_checks_s", "roofline_s"}  # parts of timing
+    assert 0 < phases["timed_calls_s"] <= phases["interleaved_s"] <= phases["timing_s"] <= phases["total_s"]
+    assert phases["reference_s"] <= phases["load_s"]
+    assert phases["smoke_s"] + phases["adversarial_s"] + phases["shapes_s"] <= phases["checks_s"] + 1e-6
+    parts = ("inputs_s", "interleaved_s", "timed_checks_s", "roofline_s")
+    assert sum(phases[p] for p in parts) <= phases["timing_s"] + 1e-6
 
 
 def test_a_speedup_beyond_the_roofline_is_reverified_then_rejected(evaluator, settings_restored):

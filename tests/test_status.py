@@ -30,6 +30,8 @@ def test_status_of_a_finished_run_writes_nothing(small_run, capsys):
     assert "for 6 evaluations" in line and "per evaluator-minute" in line
     for phase in ("start and transfer", "load", "checks", "timing", "in timed calls"):
         assert phase in line
+    for part in ("reference", "smoke test and JIT", "adversarial values", "timing loop", "timed-call checks"):
+        assert part in line.split("seconds per evaluation in:")[1]
 
 
 def test_status_of_a_running_run_sees_its_last_commit_without_the_lock(small_run, tmp_path):
