@@ -1,0 +1,216 @@
+"""Evaluations per GPU-minute on KernelBench problems, where each evaluation's time goes, and how
+busy the GPU was (issue 16).
+
+    python3 experiments/throughput_bench.py .kb/level1/23_Softmax.py ... --seeds-from A.json [B.json] \\
+        --variants 2 --mode live:compile_timing=live --mode cached:compile_timing=cached --out $OUT/tp
+
+For each ``--mode NAME:key=value,...`` (fields of ``EvaluatorSettings``; ``timing.reps=...`` for
+the timing settings) a fresh evaluator on GPU 0 scores every problem's seed (from the JSON of
+``experiments/kernelbench_seeds.py``, or ``seeds/NAME.py`` beside the problem) and ``--variants``
+variants of it (the tunable-constant operator, fixed RNG), round robin over the problems, one at a
+time as ``evo run`` does with one GPU.  Per evaluation: the round trip, the harness's phases and
+the time of its timed calls (GPU time).  ``nvidia-smi`` samples the GPU's utilisation every
+100 ms while a mode runs (the GPU-busy share).  The target of issue 16, per problem: wall per
+evaluation at most 1.5 x the timed calls' GPU time + 1 s.
+
+Writes ``throughput.json`` (after every evaluation) and ``throughput.md`` under ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from evaluator import Evaluator, EvaluatorSettings
+from evo.program import Program
+from operators import Context, TunableConstantMutation
+
+
+class UtilisationSampler:
+    """``nvidia-smi``'s utilisation.gpu every 100 ms in a thread; the mean of the samples taken."""
+
+    def __init__(self, index: int = 0):
+        self.samples: list[float] = []
+        try:
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "-i", str(index), "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                 "-lms", "100"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.proc = None
+            return
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                self.samples.append(float(line.strip()))
+            except ValueError:
+                pass
+
+    def stop(self) -> float | None:
+        if self.proc is None:
+            return None
+        self.proc.terminate()
+        self.proc.wait()
+        return statistics.mean(self.samples) / 100 if self.samples else None
+
+
+def parse_mode(text: str) -> tuple[str, EvaluatorSettings]:
+    name, _, assignments = text.partition(":")
+    settings = EvaluatorSettings(device="cuda", timeout_s=600)
+    timing = {}
+    for item in filter(None, assignments.split(",")):
+        key, _, value = item.partition("=")
+        value = json.loads(value) if value[:1] in "0123456789[{-" or value in ("true", "false", "null") else value
+        if key.startswith("timing."):
+            timing[key.split(".", 1)[1]] = value
+        else:
+            settings = dataclasses.replace(settings, **{key: value})
+    if timing:
+        settings = dataclasses.replace(settings, timing=dataclasses.replace(settings.timing, **timing))
+    return name, settings
+
+
+def load_seeds(paths: list[str]) -> dict[str, str]:
+    seeds = {}
+    for path in paths:
+        for problem in json.loads(Path(path).read_text())["problems"]:
+            if isinstance(problem.get("seed"), str):
+                seeds[Path(problem["path"]).stem] = problem["seed"]
+    return seeds
+
+
+def candidates(problems: list[Path], seeds: dict[str, str], variants: int) -> list[tuple[str, str, str]]:
+    rng, mutate, per_problem = np.random.default_rng(0), TunableConstantMutation(), []
+    for path in problems:
+        seed = seeds.get(path.stem)
+        if seed is None and (path.parent / "seeds" / path.name).exists():
+            seed = (path.parent / "seeds" / path.name).read_text()
+        if seed is None:
+            print(f"{path.stem}: no seed, left out")
+            continue
+        source = path.read_text()
+        parent = Program(id=0, task=path.stem, island=0, generation=0, operator="seed", source=seed)
+        own = [(path.stem, source, seed)]
+        for _ in range(variants):
+            try:
+                own.append((path.stem, source, mutate.propose(Context(path.stem, source, parent), rng).source))
+            except Exception as exc:  # a seed without tunable constants
+                print(f"{path.stem}: no variant ({type(exc).__name__}: {exc})")
+                break
+        per_problem.append(own)
+    longest = max(map(len, per_problem), default=0)
+    return [own[i] for i in range(longest) for own in per_problem if i < len(own)]  # round robin
+
+
+def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, save) -> None:
+    evaluator = Evaluator(settings, "cuda", 0)
+    evaluator.worker.start()  # import torch before the clock starts, as a run's warm worker
+    sampler, began = UtilisationSampler(0), time.monotonic()
+    rows = record.setdefault("evaluations", [])
+    for task, task_source, source in work:
+        sent = time.monotonic()
+        result = evaluator.evaluate(task, task_source, source)
+        phases = result.extra.get("phases", {})
+        rows.append({"task": task, "status": result.status.value, "reason": result.reason[:300],
+                     "round_trip_s": time.monotonic() - sent, "timed_calls_s": phases.get("timed_calls_s"),
+                     "speedup": result.speedup, "speedup_vs_compiled": result.speedup_vs_compiled,
+                     "phases": phases})
+        print(f"[{name}] {task}: {result.status.value} {rows[-1]['round_trip_s']:.1f} s "
+              f"(timed calls {phases.get('timed_calls_s') or 0:.2f} s) speedup {result.speedup}", flush=True)
+        save()
+    record["elapsed_s"] = time.monotonic() - began
+    record["gpu_busy"] = sampler.stop()
+    evaluator.close()
+    save()
+
+
+def summarise(record: dict) -> dict:
+    per_task: dict[str, list] = {}
+    for row in record["evaluations"]:
+        per_task.setdefault(row["task"], []).append(row)
+    summary = {}
+    for task, rows in per_task.items():
+        timed = [r for r in rows if r["timed_calls_s"]]
+        wall = statistics.median(r["round_trip_s"] for r in rows)
+        gpu = statistics.median(r["timed_calls_s"] for r in timed) if timed else None
+        phases = {k: statistics.median(r["phases"].get(k, 0.0) for r in timed)
+                  for k in sorted({k for r in timed for k in r["phases"]})} if timed else {}
+        summary[task] = {"evaluations": len(rows), "correct": sum(r["status"] == "correct" for r in rows),
+                         "wall_s": wall, "timed_calls_s": gpu,
+                         "target_s": None if gpu is None else 1.5 * gpu + 1.0,
+                         "meets": None if gpu is None else wall <= 1.5 * gpu + 1.0, "phases": phases}
+    count = len(record["evaluations"])
+    record["summary"] = summary
+    record["per_gpu_minute"] = 60 * count / record["elapsed_s"] if record.get("elapsed_s") else None
+    return summary
+
+
+def markdown(modes: dict, meta: dict) -> str:
+    lines = [f"# Throughput on {meta.get('device', '?')}", "", f"command: `{meta['command']}`", ""]
+    for name, record in modes.items():
+        if "summary" not in record:
+            continue
+        busy = record.get("gpu_busy")
+        lines += [f"## mode {name}: {record['settings']}", "",
+                  f"{len(record['evaluations'])} evaluations in {record['elapsed_s']:.0f} s: "
+                  f"**{record['per_gpu_minute']:.2f} per GPU-minute**, GPU busy "
+                  f"{'n/a' if busy is None else f'{100 * busy:.0f}%'} (nvidia-smi utilisation)", "",
+                  "| problem | evals | correct | wall per eval (median) | timed calls' GPU time | target 1.5 x + 1 s | meets | biggest phases |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for task, s in record["summary"].items():
+            top = sorted(((v, k) for k, v in s["phases"].items() if k not in ("total_s", "timing_s", "checks_s")),
+                         reverse=True)[:4]
+            gpu = "-" if s["timed_calls_s"] is None else f"{s['timed_calls_s']:.2f} s"
+            target = "-" if s["target_s"] is None else f"{s['target_s']:.2f} s"
+            lines.append(f"| {task} | {s['evaluations']} | {s['correct']} | {s['wall_s']:.2f} s | {gpu} | {target} | "
+                         f"{'-' if s['meets'] is None else 'yes' if s['meets'] else 'no'} | "
+                         + ", ".join(f"{k} {v:.2f}" for v, k in top) + " |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    import sys
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("problems", nargs="+")
+    parser.add_argument("--seeds-from", nargs="*", default=[])
+    parser.add_argument("--variants", type=int, default=2)
+    parser.add_argument("--mode", action="append", default=[])
+    parser.add_argument("--out", default="throughput")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = candidates([Path(p) for p in args.problems], load_seeds(args.seeds_from), args.variants)
+    modes = {}
+    meta = {"command": " ".join(["python3", *sys.argv]), "candidates": len(work)}
+    try:
+        import torch
+
+        meta.update(device=torch.cuda.get_device_name(0), torch=torch.__version__)
+    except Exception as exc:  # no GPU: the evaluator says so on the first evaluation
+        meta["device"] = f"none ({type(exc).__name__})"
+
+    def save() -> None:
+        (out / "throughput.json").write_text(json.dumps({"meta": meta, "modes": modes}, indent=1, default=str))
+
+    for text in args.mode or ["default:"]:
+        name, settings = parse_mode(text)
+        modes[name] = {"settings": text.partition(":")[2] or "defaults"}
+        run_mode(name, settings, work, modes[name], save)
+        summarise(modes[name])
+        save()
+        (out / "throughput.md").write_text(markdown(modes, meta))
+    print(markdown(modes, meta))
+
+
+if __name__ == "__main__":
+    main()
