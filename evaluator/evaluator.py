@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import os
+import queue
 import time
 from dataclasses import dataclass, field
 
 from evaluator.containment import MODES
+from evaluator.gate import TimingGate
 from evaluator.preparation import Preparation, prepare_tasks
 from evaluator.result import EvalResult, Status, trim
 from evaluator.sandbox import SandboxWorker
@@ -46,7 +48,11 @@ class EvaluatorSettings:
     compile_baseline: bool | None = None  # time torch.compile of the reference; None: on GPUs only
     compile_backend: str = "inductor"
     compile_mode: str | None = None
-    compile_timing: str = "live"  # live: timed interleaved with each candidate | cached: a ratio per task and worker
+    compile_timing: str = "cached"  # cached: a ratio per task and worker | live: timed interleaved with each candidate
+    # Evaluations in flight per device: while one is timed (alone on the GPU: evaluator.gate), the
+    # others load, compile and are checked.  None: 1 (on KernelBench problems 2 gained nothing: the
+    # gate stops the others' compiles too, and their checks contend for the GPU; see throughput_bench.md)
+    pipeline: int | None = None
     time_shapes: str = "largest"  # largest | all: time every shape set too (per-shape speedups, for export buckets)
     memory_limit_mb: int = 32768  # host memory (RSS) of one evaluation; its process group is killed beyond
     gpu_memory_fraction: float = 0.9  # of the GPU, for one evaluation's allocations
@@ -71,6 +77,8 @@ class EvaluatorSettings:
             raise ValueError(f"evaluator.containment must be one of {', '.join(MODES)}, not {self.containment!r}")
         if self.tolerance not in TOLERANCES:
             raise ValueError(f"evaluator.tolerance must be one of {', '.join(TOLERANCES)}, not {self.tolerance!r}")
+        if self.pipeline is not None and self.pipeline < 1:
+            raise ValueError("evaluator.pipeline must be >= 1 (null: 2 on a GPU, 1 on the CPU)")
         if self.prepare_workers is not None and self.prepare_workers < 1:
             raise ValueError("evaluator.prepare_workers must be >= 1 (null: chosen from the CPU count)")
         if self.time_shapes not in ("largest", "all"):
@@ -92,8 +100,14 @@ class EvaluatorSettings:
             raise ValueError("evaluator.gpu_memory_fraction must be in (0, 1] and memory_limit_mb positive")
 
 
+def pipeline_depth(settings: EvaluatorSettings, device: str) -> int:
+    """Evaluations in flight per device (``evaluator.pipeline``; null: 1)."""
+    return settings.pipeline or 1
+
+
 class Evaluator:
-    """Evaluates candidates one at a time in its own sandbox worker process."""
+    """Evaluates candidates in sandbox worker processes on one device: ``pipeline_depth`` of them at
+    once (:meth:`evaluate` may be called from that many threads), each timed alone."""
 
     def __init__(self, settings: EvaluatorSettings, device: str, cuda_index: int | None = None,
                  scratch_root: str | None = None):
@@ -101,8 +115,17 @@ class Evaluator:
             raise ValueError(f"device must be resolved to cpu or cuda, not {device!r}")
         self.settings = settings
         self.device = device
-        self.worker = SandboxWorker(device=device, cuda_index=cuda_index, scratch_root=scratch_root,
-                                    cache_dir=settings.cache_dir)
+        self.depth = pipeline_depth(settings, device)
+        self.workers = [SandboxWorker(device=device, cuda_index=cuda_index, scratch_root=scratch_root,
+                                      cache_dir=settings.cache_dir) for _ in range(self.depth)]
+        self.worker = self.workers[0]  # checks and seeds at start-up
+        self.gate = TimingGate() if self.depth > 1 else None
+        for worker in self.workers if self.gate else []:
+            worker.gate = self.gate
+            self.gate.join(worker)
+        self._idle: queue.SimpleQueue[SandboxWorker] = queue.SimpleQueue()
+        for worker in self.workers:
+            self._idle.put(worker)
 
     def _request(self, kind: str, task_name: str, task_source: str, *, worker: SandboxWorker | None = None,
                  **extra) -> dict:
@@ -144,7 +167,15 @@ class Evaluator:
 
     def evaluate(self, task_name: str, task_source: str, candidate_source: str) -> EvalResult:
         began = time.monotonic()
-        reply = self._request("evaluate", task_name, task_source, candidate_source=candidate_source)
+        worker = self._idle.get()
+        try:
+            reply = self._request("evaluate", task_name, task_source, worker=worker,
+                                  candidate_source=candidate_source)
+            if self.gate and _out_of_memory(reply):  # beside other evaluations: again, the GPU alone
+                reply = self._request("evaluate", task_name, task_source, worker=worker,
+                                      candidate_source=candidate_source, exclusive=True)
+        finally:
+            self._idle.put(worker)
         if "sandbox" in reply:
             status = Status.TIMEOUT if reply["sandbox"] == "timeout" else Status.CRASHED
             result = EvalResult(status=status, reason=reply["reason"], error=trim(reply.get("log", "")))
@@ -195,4 +226,12 @@ class Evaluator:
         return self.prepare(tasks, self.prepare_workers)
 
     def close(self) -> None:
-        self.worker.close()
+        for worker in self.workers:
+            worker.close()
+
+
+def _out_of_memory(reply: dict) -> bool:
+    if reply.get("status") == "correct":
+        return False
+    text = f"{reply.get('reason', '')} {reply.get('error', '')} {reply.get('harness_error', '')}".lower()
+    return "out of memory" in text

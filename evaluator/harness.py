@@ -22,6 +22,7 @@ from evaluator.guards import compiled_kernels, timer_identities, timers_tampered
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
 from evaluator import baseline, compile_seed, memory, roofline, seed_capture
+from evaluator.gate import gpu_alone
 from evaluator.phases import Phases
 from evaluator.timed_checks import TimedCalls, check_outputs, in_turn, input_sets, sampled_calls, triton_share
 from evaluator.timing import L2_FLUSH_BYTES, time_interleaved, time_side_by_side
@@ -156,8 +157,12 @@ def make_compile_seed(request: dict) -> dict:
 def evaluate(request: dict) -> EvalResult:
     device = request["device"]
     start = time.monotonic()
+    # ``exclusive`` (an evaluation tried again after running out of GPU memory beside others):
+    # the GPU alone from the start, not only while timing.
+    whole = request.pop("gate_fds", None) if request.get("exclusive") else None
     try:
-        result = _evaluate(request, device)
+        with gpu_alone(whole):
+            result = _evaluate(request, device)
     except Failure as failure:
         result = EvalResult(status=failure.status, reason=failure.reason, error=failure.error)
     result.device = _device_name(device)
@@ -213,23 +218,27 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         raise Failure(Status.REJECTED, f"the candidate replaced {', '.join(tampered)}")
     uninstall_launch_counter()
     kernels = compiled_kernels()
-    measured = _measure(request, problem, reference, model, shapes, request["seeds"][0], device, phases)
-    limit = request.get("roofline_limit") or float("inf")
-    extra = {"kernels": kernels} if kernels else {}
-    if measured["roofline_fraction"] is not None and measured["roofline_fraction"] > limit:
-        # Faster than the hardware allows: check everything again on fresh inputs and time again.
-        fresh = [seed + 7919 for seed in request["seeds"]]
-        with phases.timed("reverify_s"):
-            Verifier(problem, reference, model, device, timers, request.get("tolerance")).run(shapes, fresh)
-        uninstall_launch_counter()
-        first, measured = measured, _measure(request, problem, reference, model, shapes, fresh[0], device, phases)
-        extra["reverified"] = {"roofline_fraction": first["roofline_fraction"], "speedup": first["speedup"]}
-        if measured["roofline_fraction"] > limit:
-            raise Failure(Status.REJECTED,
-                          f"{measured['roofline_fraction']:.2f}x the hardware roofline "
-                          f"({measured['work']}) after re-verification on fresh inputs: the candidate "
-                          "skips work, or the task's flops/bytes_moved are wrong")
-    phases["timing_s"] = time.monotonic() - began - phases["load_s"] - phases["checks_s"]
+    with gpu_alone(request.get("gate_fds"), phases):  # timing shares the GPU with no other evaluation
+        timed_from = time.time()
+        measured = _measure(request, problem, reference, model, shapes, request["seeds"][0], device, phases)
+        limit = request.get("roofline_limit") or float("inf")
+        extra = {"kernels": kernels} if kernels else {}
+        if measured["roofline_fraction"] is not None and measured["roofline_fraction"] > limit:
+            # Faster than the hardware allows: check everything again on fresh inputs and time again.
+            fresh = [seed + 7919 for seed in request["seeds"]]
+            with phases.timed("reverify_s"):
+                Verifier(problem, reference, model, device, timers, request.get("tolerance")).run(shapes, fresh)
+            uninstall_launch_counter()
+            first, measured = measured, _measure(request, problem, reference, model, shapes, fresh[0], device, phases)
+            extra["reverified"] = {"roofline_fraction": first["roofline_fraction"], "speedup": first["speedup"]}
+            if measured["roofline_fraction"] > limit:
+                raise Failure(Status.REJECTED,
+                              f"{measured['roofline_fraction']:.2f}x the hardware roofline "
+                              f"({measured['work']}) after re-verification on fresh inputs: the candidate "
+                              "skips work, or the task's flops/bytes_moved are wrong")
+        extra["timed_window"] = [timed_from, time.time()]  # wall clock: pipelined timings never overlap
+    phases["timing_s"] = (time.monotonic() - began - phases["load_s"] - phases["checks_s"]
+                          - phases.get("gate_wait_s", 0.0))
     phases["timed_calls_s"] = measured.pop("timed_calls_s")
     extra.update(phases=dict(phases), roofline=measured.pop("roofline"), work=measured.pop("work"))
     footprint = memory.report(reference_bytes, device, checks_bytes, memory.phase_peak(device),

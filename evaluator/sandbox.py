@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from evaluator.containment import descendants, guard_engine
@@ -42,6 +43,11 @@ def worker_environment(device: str, cuda_index: int | None, scratch: Path, cache
     return env
 
 
+# Workers ask Linux to die with the thread that started them (PR_SET_PDEATHSIG follows the thread,
+# not the process): one long-lived thread starts them all, whichever thread asks.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evo-spawn")
+
+
 class WorkerDied(RuntimeError):
     pass
 
@@ -61,6 +67,8 @@ class SandboxWorker:
         self._proc: subprocess.Popen | None = None
         self._buffer = b""
         self.info: dict = {}
+        self.gate = None  # evaluator.gate.TimingGate shared with the other workers of the GPU, if any
+        self.paused_s = 0.0  # time this worker's processes were stopped by the gate: not held against it
 
     def start(self) -> None:
         self.close()
@@ -68,19 +76,23 @@ class SandboxWorker:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         env = worker_environment(self.device, self.cuda_index, self.scratch, self.cache_dir)
         self._log = open(self.scratch / "worker.log", "ab")
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "evaluator.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._log, env=env, cwd=self.scratch, start_new_session=True,
-        )
+        self._proc = _SPAWNER.submit(
+            subprocess.Popen, [sys.executable, "-m", "evaluator.worker"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=self.scratch, start_new_session=True,
+        ).result()
         self._buffer = b""
         self.restarts += 1
         self.info = self._read_reply(time.monotonic() + self.startup_timeout_s)
 
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
     def request(self, message: dict, timeout_s: float) -> dict:
-        """Send one request; a dead or hung worker yields a ``sandbox`` failure reply."""
+        """Send one request; a dead or hung worker yields a ``sandbox`` failure reply.  With a gate,
+        an evaluation may ask for the GPU alone (``{"gate": "want"}`` ... ``{"gate": "done"}``)."""
         if self._proc is None or self._proc.poll() is not None:
             self.start()
-        message = dict(message, timeout_s=timeout_s)
+        message = dict(message, timeout_s=timeout_s, gate=self.gate is not None and message["kind"] == "evaluate")
         try:
             self._proc.stdin.write((json.dumps(message) + "\n").encode())
             self._proc.stdin.flush()
@@ -89,23 +101,44 @@ class SandboxWorker:
             log = self._log_tail()
             self.close()
             return {"sandbox": "crashed", "reason": f"evaluation worker failed: {exc}", "log": log}
+        finally:
+            if self.gate is not None:
+                self.gate.release(self)  # a no-op unless the evaluation ended holding it
+
+    def _gate_message(self, message: dict) -> bool:
+        """Act on a gate message from the worker; False for any other message (a reply)."""
+        if set(message) != {"gate"} or self.gate is None:
+            return False
+        if message["gate"] == "want":
+            if not self.gate.holds(self):
+                waited = time.monotonic()
+                self.gate.acquire(self)
+                self.paused_s += time.monotonic() - waited  # waiting for the gate is not the candidate's time
+            self._proc.stdin.write(b'{"gate": "go"}\n')
+            self._proc.stdin.flush()
+        elif message["gate"] == "done":
+            self.gate.release(self)
+        return True
 
     def _read_reply(self, deadline: float) -> dict:
-        proc = self._proc
+        proc, paused = self._proc, self.paused_s
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
-            while b"\n" not in self._buffer:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise WorkerDied("no answer before the deadline")
-                if not sel.select(remaining):
-                    continue
-                chunk = os.read(proc.stdout.fileno(), 1 << 16)
-                if not chunk:
-                    raise WorkerDied(f"worker exited (code {proc.wait()})")
-                self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
+            while True:
+                while b"\n" not in self._buffer:
+                    remaining = deadline + self.paused_s - paused - time.monotonic()
+                    if remaining <= 0:
+                        raise WorkerDied("no answer before the deadline")
+                    if not sel.select(min(remaining, 1.0)):
+                        continue
+                    chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                    if not chunk:
+                        raise WorkerDied(f"worker exited (code {proc.wait()})")
+                    self._buffer += chunk
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                message = json.loads(line)
+                if not self._gate_message(message):
+                    return message
 
     def _log_tail(self, limit: int = 2000) -> str:
         try:

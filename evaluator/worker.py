@@ -170,15 +170,26 @@ def _containment_off(request: dict) -> dict:
     return _settled[key]
 
 
-def _read_reply(read_fd: int, pid: int, timeout_s: float, memory_limit: int) -> tuple[bytes, str, int]:
+def _read_reply(read_fd: int, pid: int, timeout_s: float, memory_limit: int,
+                gate: "_GateRelay | None" = None) -> tuple[bytes, str, int]:
     """The child's length-prefixed reply, or why there is none: ``timeout``, ``memory`` or ``exited``
-    (with the child's wait status).  A process the candidate left holding the pipe costs no wait."""
+    (with the child's wait status).  A process the candidate left holding the pipe costs no wait.
+    Time spent stopped by the GPU's timing gate, or waiting for it, does not count."""
     data, deadline, tree, refreshed = b"", time.monotonic() + timeout_s, [pid], 0.0
+    watched = [read_fd] + ([gate.want_fd] if gate else [])
     while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack_from(data)[0]:
-        remaining = deadline - time.monotonic()
+        tick = time.monotonic()
+        remaining = deadline - tick
         if remaining <= 0:
             return data, "timeout", 0
-        ready, _, _ = select.select([read_fd], [], [], min(remaining, 0.1))
+        ready, _, _ = select.select(watched, [], [], min(remaining, 0.1))
+        if (lost := time.monotonic() - tick - min(remaining, 0.1)) > 0.5:
+            deadline += lost  # this process was stopped (SIGSTOP by the timing gate)
+        if gate and gate.want_fd in ready:
+            deadline += gate.relay()
+            if not gate.open:
+                watched = [read_fd]
+            continue
         if ready:
             chunk = os.read(read_fd, 1 << 16)
             if not chunk:
@@ -201,10 +212,54 @@ def _read_reply(read_fd: int, pid: int, timeout_s: float, memory_limit: int) -> 
     return data, "", 0
 
 
-def run_isolated(request: dict, scratch: Path) -> dict:
+class _GateRelay:
+    """Passes an evaluation's requests for the GPU alone (``W``, then ``D`` when its timing is done)
+    to the host's timing gate (:mod:`evaluator.gate`), and the host's go-ahead back (``G``)."""
+
+    def __init__(self, send):
+        self.send = send
+        self.want_fd, self.child_want_fd = os.pipe()
+        self.child_go_fd, self.go_fd = os.pipe()
+        self.open = True
+
+    def child_fds(self) -> list[int]:
+        return [self.child_want_fd, self.child_go_fd]
+
+    def relay(self) -> float:
+        """Act on what the child wrote; the seconds spent waiting for the host's go-ahead."""
+        began, chunk = time.monotonic(), os.read(self.want_fd, 64)
+        if not chunk:  # the child and everything it started closed the pipe
+            self.open = False
+            return 0.0
+        for byte in chunk:
+            if byte == ord("W"):
+                self.send({"gate": "want"})
+                while (line := sys.stdin.readline()) and json.loads(line).get("gate") != "go":
+                    pass
+                try:
+                    os.write(self.go_fd, b"G")
+                except OSError:  # the child is gone
+                    pass
+            elif byte == ord("D"):
+                self.send({"gate": "done"})
+        return time.monotonic() - began
+
+    def close_child_ends(self) -> None:
+        """In the worker, once the child is forked: the child's ends are the child's alone."""
+        os.close(self.child_want_fd)
+        os.close(self.child_go_fd)
+
+    def close(self) -> None:
+        os.close(self.want_fd)
+        os.close(self.go_fd)
+
+
+def run_isolated(request: dict, scratch: Path, send=None) -> dict:
     """Run one request in a forked child; when it answers, times out or uses too much memory, kill
-    every process it started (however they detached)."""
+    every process it started (however they detached).  ``send`` passes gate messages to the host."""
     request["containment_off"] = _containment_off(request)
+    gate = _GateRelay(send) if request.get("gate") and send is not None else None
+    request["gate_fds"] = gate.child_fds() if gate else None
     timeout_s = float(request.get("timeout_s", 60))
     memory_limit = int(request.get("memory_limit_mb") or 0) << 20
     log_path = scratch / "child.log"
@@ -214,6 +269,8 @@ def run_isolated(request: dict, scratch: Path) -> dict:
         code = 0
         try:
             os.close(read_fd)
+            if gate:
+                gate.close()
             _child(request, write_fd, log_path, int(2 * timeout_s) + 60)
         except BaseException:
             import traceback
@@ -223,8 +280,12 @@ def run_isolated(request: dict, scratch: Path) -> dict:
         finally:
             os._exit(code)
     os.close(write_fd)
-    data, failure, detail = _read_reply(read_fd, pid, timeout_s, memory_limit)
+    if gate:
+        gate.close_child_ends()
+    data, failure, detail = _read_reply(read_fd, pid, timeout_s, memory_limit, gate)
     os.close(read_fd)
+    if gate:
+        gate.close()
     if failure != "exited":
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -286,7 +347,7 @@ def main() -> None:
         request = json.loads(line)
         request["scratch"] = str(scratch)
         request["environment"] = environment
-        _send(protocol, run_isolated(request, scratch))
+        _send(protocol, run_isolated(request, scratch, lambda message: _send(protocol, message)))
 
 
 if __name__ == "__main__":

@@ -33,11 +33,17 @@ from evo.program import Program
 from operators import Context, TunableConstantMutation
 
 
+DEVICE = "cuda"  # --device cpu: a smoke test of this script through Triton's interpreter
+
+
 class UtilisationSampler:
     """``nvidia-smi``'s utilisation.gpu every 100 ms in a thread; the mean of the samples taken."""
 
     def __init__(self, index: int = 0):
         self.samples: list[float] = []
+        if DEVICE != "cuda":
+            self.proc = None
+            return
         try:
             self.proc = subprocess.Popen(
                 ["nvidia-smi", "-i", str(index), "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
@@ -64,7 +70,7 @@ class UtilisationSampler:
 
 def parse_mode(text: str) -> tuple[str, EvaluatorSettings]:
     name, _, assignments = text.partition(":")
-    settings = EvaluatorSettings(device="cuda", timeout_s=600)
+    settings = EvaluatorSettings(device=DEVICE, timeout_s=600)
     timing = {}
     for item in filter(None, assignments.split(",")):
         key, _, value = item.partition("=")
@@ -111,21 +117,38 @@ def candidates(problems: list[Path], seeds: dict[str, str], variants: int) -> li
 
 
 def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, save) -> None:
-    evaluator = Evaluator(settings, "cuda", 0)
-    evaluator.worker.start()  # import torch before the clock starts, as a run's warm worker
-    sampler, began = UtilisationSampler(0), time.monotonic()
+    """Score ``work`` in order with as many evaluations in flight as the evaluator's pipeline."""
+    evaluator = Evaluator(settings, DEVICE, 0 if DEVICE == "cuda" else None)
+    for worker in evaluator.workers:  # import torch before the clock starts, as a run's warm workers
+        worker.start()
+    pending, lock = list(reversed(work)), threading.Lock()
     rows = record.setdefault("evaluations", [])
-    for task, task_source, source in work:
-        sent = time.monotonic()
-        result = evaluator.evaluate(task, task_source, source)
-        phases = result.extra.get("phases", {})
-        rows.append({"task": task, "status": result.status.value, "reason": result.reason[:300],
-                     "round_trip_s": time.monotonic() - sent, "timed_calls_s": phases.get("timed_calls_s"),
-                     "speedup": result.speedup, "speedup_vs_compiled": result.speedup_vs_compiled,
-                     "phases": phases})
-        print(f"[{name}] {task}: {result.status.value} {rows[-1]['round_trip_s']:.1f} s "
-              f"(timed calls {phases.get('timed_calls_s') or 0:.2f} s) speedup {result.speedup}", flush=True)
-        save()
+    record["pipeline"] = evaluator.depth
+
+    def drain() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                task, task_source, source = pending.pop()
+            sent = time.monotonic()
+            result = evaluator.evaluate(task, task_source, source)
+            phases = result.extra.get("phases", {})
+            with lock:
+                rows.append({"task": task, "status": result.status.value, "reason": result.reason[:300],
+                             "round_trip_s": time.monotonic() - sent, "timed_calls_s": phases.get("timed_calls_s"),
+                             "speedup": result.speedup, "speedup_vs_compiled": result.speedup_vs_compiled,
+                             "timed_window": result.extra.get("timed_window"), "phases": phases})
+                print(f"[{name}] {task}: {result.status.value} {rows[-1]['round_trip_s']:.1f} s "
+                      f"(timed calls {phases.get('timed_calls_s') or 0:.2f} s) speedup {result.speedup}", flush=True)
+                save()
+
+    sampler, began = UtilisationSampler(0), time.monotonic()
+    threads = [threading.Thread(target=drain) for _ in range(evaluator.depth)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     record["elapsed_s"] = time.monotonic() - began
     record["gpu_busy"] = sampler.stop()
     evaluator.close()
@@ -143,13 +166,17 @@ def summarise(record: dict) -> dict:
         gpu = statistics.median(r["timed_calls_s"] for r in timed) if timed else None
         phases = {k: statistics.median(r["phases"].get(k, 0.0) for r in timed)
                   for k in sorted({k for r in timed for k in r["phases"]})} if timed else {}
-        summary[task] = {"evaluations": len(rows), "correct": sum(r["status"] == "correct" for r in rows),
-                         "wall_s": wall, "timed_calls_s": gpu,
+        speedups = [r["speedup"] for r in rows if r["speedup"]]
+        alone = statistics.median(r["phases"].get("timing_s", 0.0) for r in timed) if timed else None
+        summary[task] = {"alone_s": alone, "evaluations": len(rows), "correct": sum(r["status"] == "correct" for r in rows),
+                         "speedup": statistics.median(speedups) if speedups else None, "wall_s": wall, "timed_calls_s": gpu,
                          "target_s": None if gpu is None else 1.5 * gpu + 1.0,
                          "meets": None if gpu is None else wall <= 1.5 * gpu + 1.0, "phases": phases}
     count = len(record["evaluations"])
     record["summary"] = summary
     record["per_gpu_minute"] = 60 * count / record["elapsed_s"] if record.get("elapsed_s") else None
+    # In a pipeline evaluations overlap: the elapsed time per evaluation is what the search pays.
+    record["elapsed_per_evaluation_s"] = record["elapsed_s"] / count if count else None
     return summary
 
 
@@ -161,16 +188,19 @@ def markdown(modes: dict, meta: dict) -> str:
         busy = record.get("gpu_busy")
         lines += [f"## mode {name}: {record['settings']}", "",
                   f"{len(record['evaluations'])} evaluations in {record['elapsed_s']:.0f} s: "
-                  f"**{record['per_gpu_minute']:.2f} per GPU-minute**, GPU busy "
+                  f"**{record['per_gpu_minute']:.2f} per GPU-minute** ({record['pipeline']} in flight, "
+                  f"{record['elapsed_per_evaluation_s']:.2f} s each), GPU busy "
                   f"{'n/a' if busy is None else f'{100 * busy:.0f}%'} (nvidia-smi utilisation)", "",
-                  "| problem | evals | correct | wall per eval (median) | timed calls' GPU time | target 1.5 x + 1 s | meets | biggest phases |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| problem | evals | correct | speedup (median) | wall per eval (median) | of it timing (alone on the GPU) | timed calls' GPU time | target 1.5 x + 1 s | meets | biggest phases |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for task, s in record["summary"].items():
             top = sorted(((v, k) for k, v in s["phases"].items() if k not in ("total_s", "timing_s", "checks_s")),
                          reverse=True)[:4]
             gpu = "-" if s["timed_calls_s"] is None else f"{s['timed_calls_s']:.2f} s"
             target = "-" if s["target_s"] is None else f"{s['target_s']:.2f} s"
-            lines.append(f"| {task} | {s['evaluations']} | {s['correct']} | {s['wall_s']:.2f} s | {gpu} | {target} | "
+            speedup = "-" if s["speedup"] is None else f"{s['speedup']:.3f}x"
+            lines.append(f"| {task} | {s['evaluations']} | {s['correct']} | {speedup} | {s['wall_s']:.2f} s | "
+                         f"{'-' if s['alone_s'] is None else format(s['alone_s'], '.2f') + ' s'} | {gpu} | {target} | "
                          f"{'-' if s['meets'] is None else 'yes' if s['meets'] else 'no'} | "
                          + ", ".join(f"{k} {v:.2f}" for v, k in top) + " |")
         lines.append("")
@@ -186,7 +216,10 @@ def main() -> None:
     parser.add_argument("--variants", type=int, default=2)
     parser.add_argument("--mode", action="append", default=[])
     parser.add_argument("--out", default="throughput")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = candidates([Path(p) for p in args.problems], load_seeds(args.seeds_from), args.variants)

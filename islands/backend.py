@@ -21,10 +21,11 @@ class LocalBackend:
                  proposals_per_island: int = 1):
         self.islands = islands
         self.evaluators = [make_evaluator(i) for i in range(evaluators)]
+        self._slots = sum(getattr(e, "depth", 1) for e in self.evaluators)  # every evaluator's pipeline
         # Proposals mostly wait on LLM replies: one thread for each proposal the run loop keeps in flight.
         self._proposal_pool = ThreadPoolExecutor(max_workers=len(islands) * max(1, proposals_per_island),
                                                  thread_name_prefix="evo-propose")
-        self._pool = ThreadPoolExecutor(max_workers=evaluators, thread_name_prefix="evo-eval")
+        self._pool = ThreadPoolExecutor(max_workers=self._slots + evaluators, thread_name_prefix="evo-eval")
 
     @property
     def island_count(self) -> int:
@@ -32,13 +33,14 @@ class LocalBackend:
 
     @property
     def evaluator_count(self) -> int:
-        return len(self.evaluators)
+        """Evaluation slots: every evaluator's pipeline (slot ``n`` is on evaluator ``n % count``)."""
+        return self._slots
 
     def propose(self, island: int, context: Context) -> Future[Proposal]:
         return self._proposal_pool.submit(self.islands[island].propose, context)
 
     def evaluate(self, worker: int, task_name: str, task_source: str, source: str) -> Future[EvalResult]:
-        return self._pool.submit(self.evaluators[worker].evaluate, task_name, task_source, source)
+        return self._pool.submit(self.evaluators[worker % len(self.evaluators)].evaluate, task_name, task_source, source)
 
     def check_task(self, task_name: str, task_source: str) -> dict:
         return self.evaluators[0].check_task(task_name, task_source)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from evaluator import EvalResult, Evaluator, EvaluatorSettings, Preparation
+from evaluator.evaluator import pipeline_depth
 from islands.island import Island
 from islands.ray_diagnostics import ClusterError, Waiting, gave_up, held_stderr, join_failure, private_ray_note, \
     probe, waiting_report
@@ -144,8 +145,11 @@ class RayBackend:
         # One evaluator per GPU (or CPU), wherever those are in the cluster.
         resources = {"num_gpus": 1} if device == "cuda" else {"num_cpus": 1}
         spread = {"scheduling_strategy": "SPREAD"} if settings.spread else {}
-        self.evaluators = [evaluator_actor.options(max_restarts=3, **resources, **spread)
-                           .remote(evaluator_settings, device) for _ in range(evaluators)]
+        # Each actor serves its pipeline's evaluations at once (threads), each timed alone on its GPU.
+        self._depth = pipeline_depth(evaluator_settings, device)
+        self.evaluators = [evaluator_actor.options(max_restarts=3, max_concurrency=self._depth + 1, **resources,
+                                                   **spread).remote(evaluator_settings, device)
+                           for _ in range(evaluators)]
         asks = {"GPU": 1.0} if device == "cuda" else {"CPU": 1.0}
         self._asks = {**{f"island {n}": self._island_asks() for n in range(len(self.islands))},
                       **{f"evaluator {n}": asks for n in range(len(self.evaluators))}}
@@ -225,13 +229,14 @@ class RayBackend:
 
     @property
     def evaluator_count(self) -> int:
-        return len(self.evaluators)
+        """Evaluation slots: every evaluator's pipeline (slot ``n`` is on evaluator ``n % count``)."""
+        return len(self.evaluators) * self._depth
 
     def propose(self, island: int, context: Context) -> Future[Proposal]:
         return self.islands[island].propose.remote(context).future()
 
     def evaluate(self, worker: int, task_name: str, task_source: str, source: str) -> Future[EvalResult]:
-        return self.evaluators[worker].evaluate.remote(task_name, task_source, source).future()
+        return self.evaluators[worker % len(self.evaluators)].evaluate.remote(task_name, task_source, source).future()
 
     def placement(self) -> dict:
         """The Ray node of every island and evaluator actor (where each started)."""

@@ -1,0 +1,118 @@
+"""Pipelined evaluation (evaluator.gate): several evaluations in flight per device, each timed
+alone, the others stopped meanwhile; on the CPU through Triton's interpreter."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from evaluator import Evaluator, EvaluatorSettings, Status
+from evaluator.gate import TimingGate
+from tests.test_evaluator import TASK, candidate
+
+
+class Member:
+    """A stand-in for a sandbox worker: a process the gate may stop."""
+
+    def __init__(self, proc):
+        self.proc, self.paused_s = proc, 0.0
+
+    def pid(self):
+        return self.proc.pid
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_gate_stops_the_others_and_their_children_while_one_times():
+    # Each member is a process with a child of its own (a shell running sleep).
+    procs = [subprocess.Popen(["sh", "-c", "sleep 30 & wait"]) for _ in range(2)]
+    try:
+        time.sleep(0.3)
+        holder, other = Member(procs[0]), Member(procs[1])
+        gate = TimingGate(drain_s=0.0)
+        gate.join(holder)
+        gate.join(other)
+        from evaluator.containment import descendants
+
+        below = descendants(other.pid())
+        assert below, "the member's child did not start"
+        gate.acquire(holder)
+        assert gate.holds(holder)
+        assert [_state(p) for p in [other.pid(), *below]] == ["T"] * (1 + len(below))
+        assert _state(holder.pid()) != "T"
+        time.sleep(0.2)
+        gate.release(other)  # not the holder's: nothing happens
+        assert _state(other.pid()) == "T"
+        gate.release(holder)
+        assert all(_state(p) != "T" for p in [other.pid(), *below])
+        assert other.paused_s >= 0.2 and holder.paused_s == 0.0
+        assert gate.held == 1 and not gate.holds(holder)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_second_acquire_waits_for_the_first_release():
+    gate, a, b, order = TimingGate(drain_s=0.0), Member(None), Member(None), []
+    a.pid = b.pid = lambda: None
+    gate.acquire(a)
+
+    def second():
+        gate.acquire(b)
+        order.append("b")
+        gate.release(b)
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    time.sleep(0.2)
+    order.append("a")
+    gate.release(a)
+    thread.join(5)
+    assert order == ["a", "b"] and gate.waited_s >= 0.15
+
+
+@pytest.fixture(scope="module")
+def pipelined():
+    ev = Evaluator(EvaluatorSettings(device="cpu", timeout_s=60, pipeline=2), "cpu")
+    yield ev
+    ev.close()
+
+
+def test_pipelined_evaluations_are_timed_one_at_a_time_and_all_scored(pipelined):
+    assert pipelined.depth == 2 and len(pipelined.workers) == 2 and pipelined.gate is not None
+    sources = [candidate(f"_variant = {i}") for i in range(4)]  # distinct sources, same kernel
+    results = [None] * len(sources)
+
+    def score(i):
+        results[i] = pipelined.evaluate("double", TASK, sources[i])
+
+    threads = [threading.Thread(target=score, args=(i,)) for i in range(len(sources))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert all(r is not None and r.status == Status.CORRECT for r in results), [r and r.reason for r in results]
+    windows = sorted(r.extra["timed_window"] for r in results)
+    for (_, end), (start, _) in zip(windows, windows[1:]):
+        assert end <= start, f"two timings overlapped: {windows}"
+    assert pipelined.gate.held == len(sources)
+    assert any(r.extra["phases"].get("gate_wait_s", 0) >= 0 for r in results)
+
+
+def test_a_pipelined_evaluation_that_fails_releases_the_gate(pipelined):
+    broken = candidate("raise RuntimeError('broken on purpose')")
+    assert pipelined.evaluate("double", TASK, broken).status == Status.RUNTIME_ERROR
+    assert not pipelined.gate.holds(pipelined.workers[0]) and not pipelined.gate.holds(pipelined.workers[1])
+    assert pipelined.evaluate("double", TASK, candidate()).status == Status.CORRECT
+
+
+def test_pipeline_depth_defaults_and_validation():
+    assert Evaluator(EvaluatorSettings(device="cpu"), "cpu").depth == 1
+    with pytest.raises(ValueError, match="pipeline"):
+        EvaluatorSettings(pipeline=0)
