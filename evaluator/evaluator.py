@@ -53,6 +53,12 @@ class EvaluatorSettings:
     # others load, compile and are checked.  None: 1 (on KernelBench problems 2 gained nothing: the
     # gate stops the others' compiles too, and their checks contend for the GPU; see throughput_bench.md)
     pipeline: int | None = None
+    # Racing: a child is first timed for race_reps repetitions against eager; one clearly slower
+    # than its parent (by race_margin, beyond its noise) keeps that measurement, the others are
+    # timed in full.  What each got is in its result (extra.timing_round).
+    race: bool = True
+    race_reps: int = 10
+    race_margin: float = 0.1
     time_shapes: str = "largest"  # largest | all: time every shape set too (per-shape speedups, for export buckets)
     memory_limit_mb: int = 32768  # host memory (RSS) of one evaluation; its process group is killed beyond
     gpu_memory_fraction: float = 0.9  # of the GPU, for one evaluation's allocations
@@ -77,6 +83,8 @@ class EvaluatorSettings:
             raise ValueError(f"evaluator.containment must be one of {', '.join(MODES)}, not {self.containment!r}")
         if self.tolerance not in TOLERANCES:
             raise ValueError(f"evaluator.tolerance must be one of {', '.join(TOLERANCES)}, not {self.tolerance!r}")
+        if self.race_reps < 3 or not 0 <= self.race_margin < 1:
+            raise ValueError("evaluator.race_reps must be >= 3 and evaluator.race_margin in [0, 1)")
         if self.pipeline is not None and self.pipeline < 1:
             raise ValueError("evaluator.pipeline must be >= 1 (null: 2 on a GPU, 1 on the CPU)")
         if self.prepare_workers is not None and self.prepare_workers < 1:
@@ -165,15 +173,20 @@ class Evaluator:
         return {"backend": self.settings.compile_backend, "mode": self.settings.compile_mode,
                 "timing": self.settings.compile_timing}
 
-    def evaluate(self, task_name: str, task_source: str, candidate_source: str) -> EvalResult:
+    def evaluate(self, task_name: str, task_source: str, candidate_source: str,
+                 race_bar: float | None = None) -> EvalResult:
+        """Score one candidate; ``race_bar`` (its parent's speedup) lets a clearly slower child keep
+        a short timing round (``evaluator.race``)."""
         began = time.monotonic()
+        race = {"bar": race_bar, "reps": self.settings.race_reps, "margin": self.settings.race_margin} \
+            if self.settings.race and race_bar else None
         worker = self._idle.get()
         try:
             reply = self._request("evaluate", task_name, task_source, worker=worker,
-                                  candidate_source=candidate_source)
+                                  candidate_source=candidate_source, race=race)
             if self.gate and _out_of_memory(reply):  # beside other evaluations: again, the GPU alone
                 reply = self._request("evaluate", task_name, task_source, worker=worker,
-                                      candidate_source=candidate_source, exclusive=True)
+                                      candidate_source=candidate_source, race=race, exclusive=True)
         finally:
             self._idle.put(worker)
         if "sandbox" in reply:

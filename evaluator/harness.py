@@ -245,7 +245,7 @@ def _evaluate(request: dict, device: str) -> EvalResult:
                               L2_FLUSH_BYTES if device.startswith("cuda") else 0)
     if footprint:
         extra["memory"] = footprint
-    for key in ("compile_baseline_error", "shape_timings", "timed_checks"):
+    for key in ("compile_baseline_error", "shape_timings", "timed_checks", "timing_round"):
         value = measured.pop(key, None)
         if value is not None:
             extra[key] = value
@@ -289,8 +289,25 @@ def _measure(request: dict, problem, reference, model, shapes: list[dict], seed:
             baselines["compiled"] = in_turn(compiled, sets, "torch.compile baseline")
         except Exception as exc:  # a reference the compiler cannot handle has no compiled baseline
             measured["compile_baseline_error"] = baseline.failure(exc)
-    with phases.timed("interleaved_s"):  # warm-up, the timed calls, their synchronisations
-        timed = time_interleaved(candidate, baselines, device, **_timing_args(timing))
+    timed = None
+    race = request.get("race") or {}
+    if race.get("bar") and race["reps"] < timing["reps"]:
+        # Racing: a short first round against eager alone; a child clearly slower than the bar (its
+        # parent's speedup) keeps that measurement, as its result's ``timing_round`` says.
+        short = _timed_calls(request, model, sets, seed, device, calls=timing["warmup"] + race["reps"])
+        with phases.timed("race_s"):
+            first = time_interleaved(short, {"reference": baselines["reference"]}, device,
+                                     **dict(_timing_args(timing), reps=race["reps"]))
+        pair = first["reference"]
+        optimistic = pair.ratio * (1 + 2 * max(pair.noise, float(request.get("noise_floor", 0.0))))
+        if optimistic < race["bar"] * (1 - race["margin"]):
+            timed, candidate = first, short
+            measured["timing_round"] = {"round": "short", "reps": race["reps"], "bar": race["bar"]}
+        else:
+            measured["timing_round"] = {"round": "full", "reps": timing["reps"], "bar": race["bar"]}
+    if timed is None:
+        with phases.timed("interleaved_s"):  # warm-up, the timed calls, their synchronisations
+            timed = time_interleaved(candidate, baselines, device, **_timing_args(timing))
     with phases.timed("timed_checks_s"):
         measured["timed_checks"] = _check_timed(request, problem, reference, candidate, timing)
     pair = timed["reference"]
@@ -347,10 +364,12 @@ def _shape_timing(request: dict, problem, reference, model, shape: dict, seed: i
     return _shape_entry(shape, inputs, pair, noise_floor)
 
 
-def _timed_calls(request: dict, model, sets: list[list], seed: int, device: str) -> TimedCalls:
-    """The candidate as timed, a seeded sample of its calls guarded (none with timed checks off)."""
+def _timed_calls(request: dict, model, sets: list[list], seed: int, device: str,
+                 calls: int | None = None) -> TimedCalls:
+    """The candidate as timed, a seeded sample of its ``calls`` guarded (none with timed checks off)."""
     checks, timing = request.get("timed_checks") or {}, request["timing"]
-    sampled = sampled_calls(checks["samples"], timing["warmup"] + timing["reps"], seed) if checks else set()
+    calls = calls or timing["warmup"] + timing["reps"]
+    sampled = sampled_calls(checks["samples"], calls, seed) if checks else set()
     return TimedCalls(model, sets, sampled, device)
 
 

@@ -177,7 +177,18 @@ class Controller:
 
     def _submit(self, worker: int, program: Program) -> Future:
         task = self.tasks[program.task]
-        return self.backend.evaluate(worker, task.name, task.source, program.source)
+        bar = self._race_bar(program) if getattr(self.backend, "races", False) else None
+        if bar is None:
+            return self.backend.evaluate(worker, task.name, task.source, program.source)
+        return self.backend.evaluate(worker, task.name, task.source, program.source, race_bar=bar)
+
+    def _race_bar(self, program: Program) -> float | None:
+        """The speedup a child races against: its first parent's (None for seeds and repairs of
+        failed parents)."""
+        if not program.parent_ids:
+            return None
+        parent = self.archive.get(program.parent_ids[0])
+        return parent.fitness
 
     def _start_proposals(self) -> None:
         islands, requests = self.backend.island_count, self.settings.proposals_per_island

@@ -4,7 +4,8 @@ busy the GPU was (issue 16).
     python3 experiments/throughput_bench.py .kb/level1/23_Softmax.py ... --seeds-from A.json [B.json] \\
         --variants 2 --mode live:compile_timing=live --mode cached:compile_timing=cached --out $OUT/tp
 
-For each ``--mode NAME:key=value,...`` (fields of ``EvaluatorSettings``; ``timing.reps=...`` for
+A task's variants race against its seed's speedup (``evaluator.race``), as children against their
+parent in a search.  For each ``--mode NAME:key=value,...`` (fields of ``EvaluatorSettings``; ``timing.reps=...`` for
 the timing settings) a fresh evaluator on GPU 0 scores every problem's seed (from the JSON of
 ``experiments/kernelbench_seeds.py``, or ``seeds/NAME.py`` beside the problem) and ``--variants``
 variants of it (the tunable-constant operator, fixed RNG), round robin over the problems, one at a
@@ -71,16 +72,18 @@ class UtilisationSampler:
 def parse_mode(text: str) -> tuple[str, EvaluatorSettings]:
     name, _, assignments = text.partition(":")
     settings = EvaluatorSettings(device=DEVICE, timeout_s=600)
-    timing = {}
+    nested: dict[str, dict] = {"timing": {}, "cpu_timing": {}}
     for item in filter(None, assignments.split(",")):
         key, _, value = item.partition("=")
         value = json.loads(value) if value[:1] in "0123456789[{-" or value in ("true", "false", "null") else value
-        if key.startswith("timing."):
-            timing[key.split(".", 1)[1]] = value
+        group, _, field = key.partition(".")
+        if field:
+            nested[group][field] = value
         else:
             settings = dataclasses.replace(settings, **{key: value})
-    if timing:
-        settings = dataclasses.replace(settings, timing=dataclasses.replace(settings.timing, **timing))
+    for group, fields in nested.items():
+        if fields:
+            settings = dataclasses.replace(settings, **{group: dataclasses.replace(getattr(settings, group), **fields)})
     return name, settings
 
 
@@ -122,6 +125,7 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
     for worker in evaluator.workers:  # import torch before the clock starts, as a run's warm workers
         worker.start()
     pending, lock = list(reversed(work)), threading.Lock()
+    seed_speedups: dict[str, float] = {}  # the bar a task's variants race against (evaluator.race)
     rows = record.setdefault("evaluations", [])
     record["pipeline"] = evaluator.depth
 
@@ -131,14 +135,18 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
                 if not pending:
                     return
                 task, task_source, source = pending.pop()
+                bar = seed_speedups.get(task)
             sent = time.monotonic()
-            result = evaluator.evaluate(task, task_source, source)
+            result = evaluator.evaluate(task, task_source, source, race_bar=bar)
+            if bar is None and result.speedup:
+                seed_speedups.setdefault(task, result.speedup)
             phases = result.extra.get("phases", {})
             with lock:
                 rows.append({"task": task, "status": result.status.value, "reason": result.reason[:300],
                              "round_trip_s": time.monotonic() - sent, "timed_calls_s": phases.get("timed_calls_s"),
                              "speedup": result.speedup, "speedup_vs_compiled": result.speedup_vs_compiled,
-                             "timed_window": result.extra.get("timed_window"), "phases": phases})
+                             "timed_window": result.extra.get("timed_window"), "phases": phases,
+                             "timing_round": (result.extra.get("timing_round") or {}).get("round")})
                 print(f"[{name}] {task}: {result.status.value} {rows[-1]['round_trip_s']:.1f} s "
                       f"(timed calls {phases.get('timed_calls_s') or 0:.2f} s) speedup {result.speedup}", flush=True)
                 save()
@@ -168,7 +176,8 @@ def summarise(record: dict) -> dict:
                   for k in sorted({k for r in timed for k in r["phases"]})} if timed else {}
         speedups = [r["speedup"] for r in rows if r["speedup"]]
         alone = statistics.median(r["phases"].get("timing_s", 0.0) for r in timed) if timed else None
-        summary[task] = {"alone_s": alone, "evaluations": len(rows), "correct": sum(r["status"] == "correct" for r in rows),
+        summary[task] = {"alone_s": alone, "short": sum(r.get("timing_round") == "short" for r in rows),
+                         "evaluations": len(rows), "correct": sum(r["status"] == "correct" for r in rows),
                          "speedup": statistics.median(speedups) if speedups else None, "wall_s": wall, "timed_calls_s": gpu,
                          "target_s": None if gpu is None else 1.5 * gpu + 1.0,
                          "meets": None if gpu is None else wall <= 1.5 * gpu + 1.0, "phases": phases}
@@ -191,7 +200,7 @@ def markdown(modes: dict, meta: dict) -> str:
                   f"**{record['per_gpu_minute']:.2f} per GPU-minute** ({record['pipeline']} in flight, "
                   f"{record['elapsed_per_evaluation_s']:.2f} s each), GPU busy "
                   f"{'n/a' if busy is None else f'{100 * busy:.0f}%'} (nvidia-smi utilisation)", "",
-                  "| problem | evals | correct | speedup (median) | wall per eval (median) | of it timing (alone on the GPU) | timed calls' GPU time | target 1.5 x + 1 s | meets | biggest phases |",
+                  "| problem | evals (timed in a short round) | correct | speedup (median) | wall per eval (median) | of it timing (alone on the GPU) | timed calls' GPU time | target 1.5 x + 1 s | meets | biggest phases |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for task, s in record["summary"].items():
             top = sorted(((v, k) for k, v in s["phases"].items() if k not in ("total_s", "timing_s", "checks_s")),
@@ -199,7 +208,7 @@ def markdown(modes: dict, meta: dict) -> str:
             gpu = "-" if s["timed_calls_s"] is None else f"{s['timed_calls_s']:.2f} s"
             target = "-" if s["target_s"] is None else f"{s['target_s']:.2f} s"
             speedup = "-" if s["speedup"] is None else f"{s['speedup']:.3f}x"
-            lines.append(f"| {task} | {s['evaluations']} | {s['correct']} | {speedup} | {s['wall_s']:.2f} s | "
+            lines.append(f"| {task} | {s['evaluations']} ({s['short']}) | {s['correct']} | {speedup} | {s['wall_s']:.2f} s | "
                          f"{'-' if s['alone_s'] is None else format(s['alone_s'], '.2f') + ' s'} | {gpu} | {target} | "
                          f"{'-' if s['meets'] is None else 'yes' if s['meets'] else 'no'} | "
                          + ", ".join(f"{k} {v:.2f}" for v, k in top) + " |")

@@ -39,8 +39,17 @@ class LocalBackend:
     def propose(self, island: int, context: Context) -> Future[Proposal]:
         return self._proposal_pool.submit(self.islands[island].propose, context)
 
-    def evaluate(self, worker: int, task_name: str, task_source: str, source: str) -> Future[EvalResult]:
-        return self._pool.submit(self.evaluators[worker % len(self.evaluators)].evaluate, task_name, task_source, source)
+    @property
+    def races(self) -> bool:
+        """The evaluators take a race bar (a child's parent's speedup) with each candidate."""
+        return all(isinstance(e, Evaluator) and e.settings.race for e in self.evaluators)
+
+    def evaluate(self, worker: int, task_name: str, task_source: str, source: str,
+                 race_bar: float | None = None) -> Future[EvalResult]:
+        evaluator = self.evaluators[worker % len(self.evaluators)]
+        if race_bar is None:
+            return self._pool.submit(evaluator.evaluate, task_name, task_source, source)
+        return self._pool.submit(evaluator.evaluate, task_name, task_source, source, race_bar)
 
     def check_task(self, task_name: str, task_source: str) -> dict:
         return self.evaluators[0].check_task(task_name, task_source)

@@ -147,6 +147,7 @@ class RayBackend:
         spread = {"scheduling_strategy": "SPREAD"} if settings.spread else {}
         # Each actor serves its pipeline's evaluations at once (threads), each timed alone on its GPU.
         self._depth = pipeline_depth(evaluator_settings, device)
+        self._races = evaluator_settings.race
         self.evaluators = [evaluator_actor.options(max_restarts=3, max_concurrency=self._depth + 1, **resources,
                                                    **spread).remote(evaluator_settings, device)
                            for _ in range(evaluators)]
@@ -235,8 +236,15 @@ class RayBackend:
     def propose(self, island: int, context: Context) -> Future[Proposal]:
         return self.islands[island].propose.remote(context).future()
 
-    def evaluate(self, worker: int, task_name: str, task_source: str, source: str) -> Future[EvalResult]:
-        return self.evaluators[worker % len(self.evaluators)].evaluate.remote(task_name, task_source, source).future()
+    @property
+    def races(self) -> bool:
+        """The evaluators take a race bar (a child's parent's speedup) with each candidate."""
+        return self._races
+
+    def evaluate(self, worker: int, task_name: str, task_source: str, source: str,
+                 race_bar: float | None = None) -> Future[EvalResult]:
+        return self.evaluators[worker % len(self.evaluators)].evaluate.remote(
+            task_name, task_source, source, race_bar).future()
 
     def placement(self) -> dict:
         """The Ray node of every island and evaluator actor (where each started)."""
