@@ -18,8 +18,6 @@ import triton.language as tl
 from evaluator.guards import engine_kernel
 
 BLOCK = 4096
-# Odd multipliers of the digest's index hash (as signed 64-bit integers).
-_K1, _K2 = -7046029254386353131, -4658895280553007687
 
 
 @engine_kernel
@@ -77,8 +75,8 @@ def _digest_kernel(x_ptr, out_ptr, n, key, BITS: tl.constexpr, CANONICAL: tl.con
     else:
         words = x.to(tl.int64, bitcast=True)
     # A weight per position from a keyed hash of its index, odd, in wrapping 64-bit arithmetic.
-    h = (offs + key) * _K1
-    h = (h ^ (h >> 29)) * _K2
+    h = (offs + key) * -7046029254386353131  # odd multipliers, as signed 64-bit integers (literals:
+    h = (h ^ (h >> 29)) * -4658895280553007687  # a compiled kernel reads no non-constexpr globals)
     weights = h | 1
     tl.store(out_ptr + pid, tl.sum(tl.where(mask, words * weights, 0), 0))
 

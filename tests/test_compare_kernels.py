@@ -71,16 +71,32 @@ def test_the_canonical_digest_sees_equal_values():
     assert digest_of(x, False) != digest_of(y, False)
 
 
+def _gpu_checks() -> None:
+    """Compiled (not interpreted) kernels on the GPU agree with the chunked path."""
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        atol, rtol = compare.DEFAULT_TOLERANCE[dtype]
+        for e, a in _cases(dtype):
+            assert compare._value_mismatch(e.cuda(), a.cuda(), atol, rtol) == _torch_path(e, a, atol, rtol)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.uint8, torch.int64):
+        x = (torch.randn(N, device="cuda") * 50).to(dtype)
+        flipped = x.clone()
+        flipped.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()])[7] ^= 1
+        assert compare.digest(x) == compare.digest(x.clone()) and compare.digest(x) != compare.digest(flipped)
+    print("compiled compare kernels agree")
+
+
 @pytest.mark.gpu
 def test_on_the_gpu_compare_takes_the_triton_path_and_agrees():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        atol, rtol = compare.DEFAULT_TOLERANCE[dtype]
-        for e, a in _cases(dtype):
-            assert compare._value_mismatch(e.cuda(), a.cuda(), atol, rtol) == _torch_path(e, a, atol, rtol)
-    x = torch.randn(N, device="cuda")
-    assert compare.digest(x) == compare.digest(x.clone()) and compare.digest(x) != compare.digest(x + 1)
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the compiled kernels
+    out = subprocess.run([sys.executable, "-m", "tests.test_compare_kernels"], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0 and "agree" in out.stdout, out.stdout + out.stderr
 
 
 def test_the_engines_kernels_are_not_counted_as_the_candidates():
@@ -92,3 +108,7 @@ def test_the_engines_kernels_are_not_counted_as_the_candidates():
     mismatch_table(x, x.clone(), 1e-4, 1e-4)
     digest_of(x, True)
     assert (launch_count(), attempted_launches()) == before
+
+
+if __name__ == "__main__":
+    _gpu_checks()
