@@ -12,8 +12,9 @@
    at once, as many as the estimated footprints (six times the inputs' and weights' bytes,
    from the meta device) fit ``--budget-gb``, without the torch.compile baseline and with one
    timing repetition (these timings are not reported: the GPU is shared).
-3. Time: one evaluator, one seed at a time, evaluates every seed that passed the check (or
-   every seed, without a check) with the engine's procedure: staged checks, then timing
+3. Time: one evaluator evaluates every seed that passed the check (or every seed, without a
+   check), ``--time-workers`` at once (``evaluator.pipeline``: they load, compile and check side by
+   side, and each is timed alone on the GPU), with the engine's procedure: staged checks, then timing
    interleaved with the eager reference and the live torch.compile baseline, here with
    ``--reps`` repetitions and ``--budget-s`` seconds at most per timing (the engine's
    default is 100 and 2.0).  ``--deadline`` stops starting evaluations after so many
@@ -175,21 +176,40 @@ def check_all(rows: list[dict], settings: EvaluatorSettings, workers: int, budge
         work(MemoryAdmission(again, 0.0), True)
 
 
-def time_all(rows: list[dict], settings: EvaluatorSettings, deadline: float, results: Results) -> None:
+def time_all(rows: list[dict], settings: EvaluatorSettings, deadline: float, results: Results,
+             budget_gb: float = float("inf")) -> None:
+    """Time every checked seed; with ``settings.pipeline`` > 1 that many evaluations are in flight,
+    as the footprints fit ``budget_gb``, each timed alone on the GPU (the evaluator's gate)."""
     evaluator = Evaluator(settings, "cuda", 0)
-    try:
-        for row in rows:
-            if not row.get("seed") or row.get("check", {}).get("status", "correct") != "correct":
-                continue
-            if row.get("eval", {}).get("status", "not timed") != "not timed":
-                continue  # timed by an earlier run (--seeds-from)
-            if time.monotonic() > deadline:
-                results.update(row["name"], eval={"status": "not timed", "reason": "deadline"})
-                continue
-            result = evaluator.evaluate(row["name"], row["source"], row["seed"])
-            results.update(row["name"], eval=_eval_record(result))
-            print(f"time {row['name']}: {result.status.value} speedup={result.speedup} "
+    jobs = []
+    for row in rows:
+        if not row.get("seed") or row.get("check", {}).get("status", "correct") != "correct":
+            continue
+        if row.get("eval", {}).get("status", "not timed") != "not timed":
+            continue  # timed by an earlier run (--seeds-from)
+        jobs.append(Job(row["name"], row["source"], row["footprint_gb"]))
+    seeds = {r["name"]: r.get("seed") for r in rows}
+    admission = MemoryAdmission(jobs, budget_gb)
+
+    def work() -> None:
+        while (job := admission.take()) is not None:
+            try:
+                if time.monotonic() > deadline:
+                    results.update(job.name, eval={"status": "not timed", "reason": "deadline"})
+                    continue
+                result = evaluator.evaluate(job.name, job.source, seeds[job.name])
+            finally:
+                admission.done(job)
+            results.update(job.name, eval=_eval_record(result))
+            print(f"time {job.name}: {result.status.value} speedup={result.speedup} "
                   f"vs_compiled={result.speedup_vs_compiled} wall={result.wall_s:.1f}s", flush=True)
+
+    try:
+        threads = [threading.Thread(target=work, daemon=True) for _ in range(evaluator.depth)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     finally:
         evaluator.close()
 
@@ -276,6 +296,8 @@ def main() -> None:
     parser.add_argument("--only", help="a regular expression on level/problem names")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--budget-s", type=float, default=0.5)
+    parser.add_argument("--time-workers", type=int, default=1,
+                        help="evaluations in flight while timing (evaluator.pipeline; each timed alone)")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--deadline", type=float, default=float("inf"), help="seconds from the start")
     parser.add_argument("--captures", action="store_true", help="inductor's output and the seeds, as a tarball")
@@ -288,12 +310,13 @@ def main() -> None:
 
     meta = {"command": " ".join(["python3", *sys.argv]), "torch": torch.__version__, "triton": triton.__version__,
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
-            "reps": args.reps, "budget_s": args.budget_s}
+            "reps": args.reps, "budget_s": args.budget_s, "time_workers": args.time_workers}
     rows = problems(args.folders, args.only)
     results = Results(out, rows, meta)
     cache = tempfile.mkdtemp(prefix="kb-triton-cache-")  # shared: the check compiles, the timing reuses
     settings = EvaluatorSettings(device="cuda", timeout_s=args.timeout, cache_dir=cache,
-                                 timing=TimingSettings(warmup=2, warmup_s=0.1, reps=args.reps, budget_s=args.budget_s))
+                                 timing=TimingSettings(warmup=2, warmup_s=0.1, reps=args.reps, budget_s=args.budget_s),
+                                 pipeline=args.time_workers)
 
     def record(name: str, outcome: dict, batch_s: float) -> None:
         check, reply = outcome["check"], outcome.get("seed") or {}
@@ -333,7 +356,7 @@ def main() -> None:
                                       timing=TimingSettings(warmup=0, reps=1, budget_s=0.0))
             check_all(list(results.rows.values()), quick, args.check_workers, args.budget_gb, results)
             meta["check_s"] = round(time.monotonic() - began, 1)
-        time_all(list(results.rows.values()), settings, began + args.deadline, results)
+        time_all(list(results.rows.values()), settings, began + args.deadline, results, args.budget_gb)
     meta["total_s"] = round(time.monotonic() - began, 1)
     results.save()
     (out / "kernelbench_seeds.md").write_text(markdown(list(results.rows.values()), meta))
