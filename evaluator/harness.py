@@ -295,9 +295,10 @@ def _measure(request: dict, problem, reference, model, shapes: list[dict], seed:
         # Racing: a short first round against eager alone; a child clearly slower than the bar (its
         # parent's speedup) keeps that measurement, as its result's ``timing_round`` says.
         short = _timed_calls(request, model, sets, seed, device, calls=timing["warmup"] + race["reps"])
+        raw: list[list[float]] = [[], []]
         with phases.timed("race_s"):
             first = time_interleaved(short, {"reference": baselines["reference"]}, device,
-                                     **dict(_timing_args(timing), reps=race["reps"]))
+                                     **dict(_timing_args(timing), reps=race["reps"]), samples=raw)
         pair = first["reference"]
         optimistic = pair.ratio * (1 + 2 * max(pair.noise, float(request.get("noise_floor", 0.0))))
         if optimistic < race["bar"] * (1 - race["margin"]):
@@ -305,6 +306,15 @@ def _measure(request: dict, problem, reference, model, shapes: list[dict], seed:
             measured["timing_round"] = {"round": "short", "reps": race["reps"], "bar": race["bar"]}
         else:
             measured["timing_round"] = {"round": "full", "reps": timing["reps"], "bar": race["bar"]}
+            if list(baselines) == ["reference"]:
+                # The full round goes on from the short one: the same calls, warm, the same pairing
+                # (a live torch.compile baseline has no samples in the short round: it starts afresh).
+                # The guards' late samples (one per doubling of the call count) carry on too.
+                candidate = short
+                measured["timing_round"]["from_short"] = len(raw[0])
+                with phases.timed("interleaved_s"):
+                    timed = time_interleaved(short, baselines, device, **dict(
+                        _timing_args(timing), warmup=0, warmup_s=0.0), samples=raw)
     if timed is None:
         with phases.timed("interleaved_s"):  # warm-up, the timed calls, their synchronisations
             timed = time_interleaved(candidate, baselines, device, **_timing_args(timing))

@@ -69,7 +69,8 @@ def time_side_by_side(candidate, baseline, device: str, *, warmup: int, reps: in
 
 
 def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, reps: int,
-                     budget_s: float, warmup_s: float = 0.0, batch: int = 8) -> dict[str, SideBySide]:
+                     budget_s: float, warmup_s: float = 0.0, batch: int = 8,
+                     samples: list[list[float]] | None = None) -> dict[str, SideBySide]:
     """The candidate timed against each baseline, all interleaved call by call.
 
     One round calls the candidate and every baseline once, in an order that
@@ -80,6 +81,10 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
     a GPU, ``batch`` rounds are queued between synchronisations (as
     ``triton.testing.do_bench`` does), so the GPU never waits for the host's
     launch path inside a timed window; ``batch=1`` synchronises around every round.
+
+    ``samples`` (per callable, candidate first) goes on from an earlier round of the same
+    callables, extended in place: ``reps`` counts the rounds it holds (racing's short round
+    becomes the start of the full one).
     """
     names = list(baselines)
     calls = [candidate, *(baselines[n] for n in names)]
@@ -94,9 +99,12 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
     batch = max(1, batch)
     width = len(calls)
     timer = _CudaTimer(torch.device(device), width * batch) if device.startswith("cuda") else _WallTimer()
-    samples = [[] for _ in calls]  # per callable, in round order
+    if samples is None:
+        samples = [[] for _ in calls]  # per callable, in round order
+    elif len(samples) != width or len({len(s) for s in samples}) != 1:
+        raise ValueError("samples to go on from need one list per callable, all of one length")
     deadline = time.monotonic() + budget_s
-    for first in range(0, reps, batch):
+    for first in range(len(samples[0]), reps, batch):
         orders = [[(i + r) % width for i in range(width)] for r in range(first, min(reps, first + batch))]
         times = timer.run([calls[i] for order in orders for i in order])
         for k, order in enumerate(orders):

@@ -313,6 +313,34 @@ def test_interleaved_timing_pairs_each_baseline_with_the_candidate(monkeypatch):
     assert timed["twice"].ratio == pytest.approx(2.0) and timed["thrice"].ratio == pytest.approx(3.0)
 
 
+def test_a_second_round_goes_on_from_the_samples_of_the_first(monkeypatch):
+    import time
+    import types
+
+    from evaluator import timing
+    from evaluator.timing import time_interleaved
+
+    now, calls = [0.0], []
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0],
+                                                              monotonic=time.monotonic))
+
+    def sleeper(name, ms):
+        return lambda: calls.append(name) or now.__setitem__(0, now[0] + ms / 1e3)
+
+    raw = [[], []]
+    first = time_interleaved(sleeper("c", 2), {"r": sleeper("r", 5)}, "cpu", warmup=1, reps=3,
+                             budget_s=600.0, batch=1, samples=raw)
+    assert first["r"].candidate.samples == 3 and len(calls) == 2 * (1 + 3)
+    calls.clear()
+    full = time_interleaved(sleeper("c", 2), {"r": sleeper("r", 5)}, "cpu", warmup=0, reps=10,
+                            budget_s=600.0, batch=1, samples=raw)
+    assert len(calls) == 2 * 7  # only the rounds the first did not take, no warm-up
+    assert full["r"].candidate.samples == 10 and len(raw[1]) == 10 and full["r"].ratio == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="one list per callable"):
+        time_interleaved(sleeper("c", 2), {"r": sleeper("r", 5)}, "cpu", warmup=0, reps=4,
+                         budget_s=1.0, samples=[[1.0], []])
+
+
 def test_a_batch_queued_for_longer_than_the_gpu_spun_is_timed_again_behind_a_longer_spin():
     from evaluator.timing import next_lead
 

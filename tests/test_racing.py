@@ -33,7 +33,9 @@ def test_a_child_that_could_matter_is_timed_in_full(racing):
     result = racing.evaluate("double", TASK, candidate("_v = 1"), race_bar=1e-9)
     assert result.status == Status.CORRECT
     assert result.extra["timing_round"]["round"] == "full"
+    assert result.extra["timing_round"]["from_short"] == 3  # the short round's samples carried on
     assert result.extra["phases"]["interleaved_s"] > 0
+    assert result.extra["timed_checks"]["outputs_checked"] and 1 in result.extra["timed_checks"]["guarded_calls"]
 
 
 def test_without_a_bar_there_is_no_race(racing):
