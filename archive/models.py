@@ -10,7 +10,7 @@ import time
 from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 6  # the number of the head revision in archive/migrations/versions
+SCHEMA_VERSION = 7  # the number of the head revision in archive/migrations/versions
 
 
 class Base(DeclarativeBase):
@@ -77,6 +77,8 @@ class EvaluationRow(Base):
     reference_peak_mb: Mapped[float | None] = mapped_column(Float, nullable=True)  # the reference's alone
     # JSON, seconds per phase: host (start, transfer), load, checks, timing, timed_calls (schema 6)
     phases: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # JSON, racing (schema 7): {"round": "short" | "full", "reps", "bar", "from_short"}; null when not raced
+    timing_round: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class EnvironmentRow(Base):

@@ -151,6 +151,19 @@ class ArchiveReader:
                     totals[phase] = totals.get(phase, 0.0) + seconds
         return {"evaluations": len(rows), "seconds": totals}
 
+    def timing_rounds(self) -> dict[str, int]:
+        """How the raced children were timed (schema 7): ``{"short": n, "full": n, "from_short": n}``,
+        from_short counting the full rounds that went on from their short one."""
+        counts = {"short": 0, "full": 0, "from_short": 0}
+        if "timing_round" not in self._columns("evaluations"):
+            return counts
+        for row in self._rows(select(E.timing_round).where(E.timing_round.is_not(None))):
+            entry = json.loads(row["timing_round"])
+            if entry.get("round") in ("short", "full"):
+                counts[entry["round"]] += 1
+            counts["from_short"] += bool(entry.get("from_short"))
+        return counts
+
     def meta(self, key: str) -> str | None:
         """A value the run saved in its ``meta`` table (e.g. the meta-prompt pool)."""
         rows = self._rows(select(META.c.value).where(META.c.key == key))

@@ -226,7 +226,8 @@ class Archive(Exchange, Statistics):
             row = c.execute(sql.INSERT_EVALUATION, dict(
                 fields, program_id=program.id, created_at=time.time(), gpu_peak_mb=memory.get("peak_mb"),
                 reference_peak_mb=memory.get("reference_peak_mb"),
-                phases=json.dumps(extra["phases"]) if extra.get("phases") else None))
+                phases=json.dumps(extra["phases"]) if extra.get("phases") else None,
+                timing_round=json.dumps(extra["timing_round"]) if extra.get("timing_round") else None))
             if shapes:
                 evaluation_id = row.inserted_primary_key[0]
                 c.execute(sql.INSERT_SHAPE_TIMING, [shape_timing_row(s, evaluation_id) for s in shapes])

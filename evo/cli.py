@@ -141,7 +141,8 @@ def status_command(args: list[str]) -> int:
     from evaluator.containment import describe
     from evo.run_view import open_run
     from evo.fast_p import fast_p_rows, task_bests, tolerance_of
-    from evo.summary import fast_p_table, fragment_table, model_table, operator_table, phase_line, status_table
+    from evo.summary import (fast_p_table, fragment_table, model_table, operator_table, phase_line,
+                             racing_line, status_table)
     from operators.meta_prompt import STATE_KEY, table
 
     try:
@@ -153,6 +154,7 @@ def status_command(args: list[str]) -> int:
             pool = run.archive.meta(STATE_KEY)
             aside, fast_p, tolerance = run.archive.set_aside(), fast_p_rows(task_bests(run)), tolerance_of(run)
             phases = phase_line(run.archive.phase_totals())
+            racing = racing_line(run.archive.timing_rounds())
     except EvoError as exc:
         return _fail(str(exc))
     console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and pipes: no wrapped tables
@@ -169,6 +171,8 @@ def status_command(args: list[str]) -> int:
                   f"LLM calls: {spend['calls']}, {spend['errors']} failed (${spend['cost_usd']:.4f})")
     if phases:
         console.print(phases, soft_wrap=True, markup=False)
+    if racing:
+        console.print(racing, soft_wrap=True, markup=False)
     moved = ", ".join(f"{n} {kind}" for kind, n in migrations.items()) or "none"
     console.print(f"elites placed on other islands: {moved} (seeds are copied to every island)")
     contained = run.info.get("containment")

@@ -105,3 +105,12 @@ def phase_line(totals: dict) -> str | None:
     return (f"evaluator time: {whole:.0f} s for {n} evaluations ({60 * n / whole:.1f} per evaluator-minute, "
             f"{whole / n:.1f} s each): {parts}; in timed calls {timed:.0f} s ({timed / whole:.0%} of it)"
             + (f"; seconds per evaluation in: {within}" if within else ""))
+
+
+def racing_line(counts: dict[str, int]) -> str | None:
+    """How racing timed the run's children (evaluator.race): kept short, or timed in full."""
+    raced = counts["short"] + counts["full"]
+    if not raced:
+        return None
+    return (f"racing: {raced} children raced against their parent; {counts['short']} clearly slower kept a short "
+            f"timing round, {counts['full']} timed in full ({counts['from_short']} going on from their short round)")

@@ -71,3 +71,24 @@ def test_the_run_loop_races_children_against_their_parents_speedup(tmp_path, bui
     assert backend.bars[0] is None  # the seed has no parent
     children = backend.bars[1:]
     assert len(children) == 4 and all(bar is not None and bar > 0 for bar in children)
+
+
+def test_the_archive_keeps_how_each_child_was_timed_and_status_says_it(racing, tmp_path):
+    from archive import Archive
+    from archive.queries import ArchiveReader
+    from evo.summary import racing_line
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    archive = Archive(url)
+    for n, bar in enumerate((1e9, 1e-9, None)):  # kept short, timed in full, not raced
+        program = archive.add_program(task="double", island=0, generation=1, operator="constants",
+                                      source=candidate(f"_r = {n}"))
+        archive.record_evaluation(program, racing.evaluate("double", TASK, program.source, race_bar=bar))
+    archive.close()
+    reader = ArchiveReader(url=url)
+    counts = reader.timing_rounds()
+    reader.close()
+    assert counts == {"short": 1, "full": 1, "from_short": 1}
+    assert racing_line(counts) == ("racing: 2 children raced against their parent; 1 clearly slower kept a short "
+                                   "timing round, 1 timed in full (1 going on from their short round)")
+    assert racing_line({"short": 0, "full": 0, "from_short": 0}) is None
