@@ -86,7 +86,7 @@ class EvaluatorSettings:
         if self.race_reps < 3 or not 0 <= self.race_margin < 1:
             raise ValueError("evaluator.race_reps must be >= 3 and evaluator.race_margin in [0, 1)")
         if self.pipeline is not None and self.pipeline < 1:
-            raise ValueError("evaluator.pipeline must be >= 1 (null: 2 on a GPU, 1 on the CPU)")
+            raise ValueError("evaluator.pipeline must be >= 1 (null: 1)")
         if self.prepare_workers is not None and self.prepare_workers < 1:
             raise ValueError("evaluator.prepare_workers must be >= 1 (null: chosen from the CPU count)")
         if self.time_shapes not in ("largest", "all"):
@@ -108,7 +108,7 @@ class EvaluatorSettings:
             raise ValueError("evaluator.gpu_memory_fraction must be in (0, 1] and memory_limit_mb positive")
 
 
-def pipeline_depth(settings: EvaluatorSettings, device: str) -> int:
+def pipeline_depth(settings: EvaluatorSettings) -> int:
     """Evaluations in flight per device (``evaluator.pipeline``; null: 1)."""
     return settings.pipeline or 1
 
@@ -123,7 +123,7 @@ class Evaluator:
             raise ValueError(f"device must be resolved to cpu or cuda, not {device!r}")
         self.settings = settings
         self.device = device
-        self.depth = pipeline_depth(settings, device)
+        self.depth = pipeline_depth(settings)
         self.workers = [SandboxWorker(device=device, cuda_index=cuda_index, scratch_root=scratch_root,
                                       cache_dir=settings.cache_dir) for _ in range(self.depth)]
         self.worker = self.workers[0]  # checks and seeds at start-up

@@ -142,6 +142,15 @@ def _eval_record(result) -> dict:
     return record
 
 
+def in_threads(count: int, target, *args) -> None:
+    """``target(*args)`` in ``count`` threads at once, until all return."""
+    threads = [threading.Thread(target=target, args=args, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def check_all(rows: list[dict], settings: EvaluatorSettings, workers: int, budget_gb: float,
               results: Results) -> None:
     """Correctness of every derived seed, ``workers`` evaluations at once within the memory budget."""
@@ -165,13 +174,7 @@ def check_all(rows: list[dict], settings: EvaluatorSettings, workers: int, budge
         finally:
             evaluator.close()
 
-    admission = MemoryAdmission(jobs, budget_gb)
-    threads = [threading.Thread(target=work, args=(admission, False), daemon=True)
-               for _ in range(max(1, min(workers, len(jobs))))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(max(1, min(workers, len(jobs))), work, MemoryAdmission(jobs, budget_gb), False)
     if again:
         work(MemoryAdmission(again, 0.0), True)
 
@@ -205,11 +208,7 @@ def time_all(rows: list[dict], settings: EvaluatorSettings, deadline: float, res
                   f"vs_compiled={result.speedup_vs_compiled} wall={result.wall_s:.1f}s", flush=True)
 
     try:
-        threads = [threading.Thread(target=work, daemon=True) for _ in range(evaluator.depth)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_threads(evaluator.depth, work)
     finally:
         evaluator.close()
 
