@@ -185,10 +185,7 @@ class Controller:
     def _race_bar(self, program: Program) -> float | None:
         """The speedup a child races against: its first parent's (None for seeds and repairs of
         failed parents)."""
-        if not program.parent_ids:
-            return None
-        parent = self.archive.get(program.parent_ids[0])
-        return parent.fitness
+        return self.archive.get(program.parent_ids[0]).fitness if program.parent_ids else None
 
     def _start_proposals(self) -> None:
         islands, requests = self.backend.island_count, self.settings.proposals_per_island
