@@ -7,27 +7,21 @@ Two ways to time it (``evaluator.compile_timing``):
   worker cannot import the compiler before forking, since importing inductor
   initialises CUDA) and times it interleaved with the candidate and the eager
   reference, call by call.
-- ``cached``: the first candidate of a task that a worker times compiles the
-  reference and times compiled against eager side by side; that ratio is
-  cached in the worker's scratch directory, and later candidates chain it with
-  their own side-by-side ratio to eager: ``compiled_ms = eager_ms(this run) *
-  compiled/eager``.  Cheaper (no compile per evaluation), but not live.
+- ``cached``: the evaluator asks once per task and device (a request of its
+  own, ``compile_baseline``, in a process that runs no candidate code): the
+  reference compiled and timed against eager side by side; later candidates
+  chain that ratio with their own side-by-side ratio to eager:
+  ``compiled_ms = eager_ms(this run) * compiled/eager``.  Cheaper (no compile
+  per evaluation), but not live.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
-
 import torch
 
+from evaluator import memory
 from evaluator.calls import call
+from evaluator.gate import gpu_alone
 from evaluator.timing import time_side_by_side
-
-
-def _key(task_source: str, shape: dict, device: str, backend: str, mode: str | None) -> str:
-    text = json.dumps([task_source, shape, device, backend, mode], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def compiled_reference(reference, inputs: list, *, backend: str, mode: str | None):
@@ -44,27 +38,18 @@ def failure(exc: Exception) -> str:
     return f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"
 
 
-def compiled_over_eager(problem, reference, inputs: list, *, task_source: str, shape: dict, device: str,
-                        backend: str, mode: str | None, timing: dict, scratch: Path) -> dict:
-    """``{"ratio": compiled_ms / eager_ms, ...}`` for this task and shape, or ``{"error": ...}``."""
-    cache = scratch / "compile_baseline.json"
-    try:
-        known = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        known = {}
-    key = _key(task_source, shape, device, backend, mode)
-    if key in known:
-        return known[key]
+def compiled_over_eager(reference, inputs: list, *, device: str, backend: str, mode: str | None, timing: dict,
+                        gate_fds: list[int] | None = None) -> dict:
+    """``{"ratio": compiled_ms / eager_ms, ...}`` on ``inputs``, or ``{"error": ...}``: compiled outside
+    the timing gate (host work), timed under it."""
     try:
         compiled = compiled_reference(reference, inputs, backend=backend, mode=mode)
-        pair = time_side_by_side(lambda: call(compiled, inputs, "torch.compile baseline"),
-                                 lambda: call(reference, inputs, "reference timing"), device,
-                                 warmup=timing["warmup"], reps=timing["reps"], budget_s=timing["budget_s"],
-                                 warmup_s=timing.get("warmup_s", 0.0), batch=timing.get("batch", 8))
-        entry = {"ratio": pair.candidate.median_ms / pair.baseline.median_ms, "backend": backend,
-                 "compiled_ms": pair.candidate.median_ms, "eager_ms": pair.baseline.median_ms}
+        with gpu_alone(gate_fds):
+            pair = time_side_by_side(lambda: call(compiled, inputs, "torch.compile baseline"),
+                                     lambda: call(reference, inputs, "reference timing"), device,
+                                     warmup=timing["warmup"], reps=timing["reps"], budget_s=timing["budget_s"],
+                                     warmup_s=timing.get("warmup_s", 0.0), batch=timing.get("batch", 8))
     except Exception as exc:  # a reference the compiler cannot handle has no compiled baseline
-        entry = {"error": failure(exc)}
-    known[key] = entry
-    cache.write_text(json.dumps(known))
-    return entry
+        return {"error": failure(exc), "out_of_memory": memory.is_out_of_memory(exc)}
+    return {"ratio": pair.candidate.median_ms / pair.baseline.median_ms, "backend": backend, "mode": mode,
+            "compiled_ms": pair.candidate.median_ms, "eager_ms": pair.baseline.median_ms}

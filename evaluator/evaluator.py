@@ -1,8 +1,10 @@
 """The evaluator: scores one candidate kernel of one task, in a sandbox."""
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -48,7 +50,7 @@ class EvaluatorSettings:
     compile_baseline: bool | None = None  # time torch.compile of the reference; None: on GPUs only
     compile_backend: str = "inductor"
     compile_mode: str | None = None
-    compile_timing: str = "cached"  # cached: a ratio per task and worker | live: timed interleaved with each candidate
+    compile_timing: str = "cached"  # cached: a ratio per task and device | live: timed interleaved with each candidate
     # Evaluations in flight per device: while one is timed (alone on the GPU: evaluator.gate), the
     # others load, compile and are checked.  None: 1 (on KernelBench problems 2 gained nothing: the
     # gate stops the others' compiles too, and their checks contend for the GPU; see throughput_bench.md)
@@ -134,6 +136,9 @@ class Evaluator:
         self._idle: queue.SimpleQueue[SandboxWorker] = queue.SimpleQueue()
         for worker in self.workers:
             self._idle.put(worker)
+        self._baselines: dict[str, dict] = {}  # (compiler settings, task source) hash -> the baseline's ratio
+        self._baseline_locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
 
     def _request(self, kind: str, task_name: str, task_source: str, *, worker: SandboxWorker | None = None,
                  **extra) -> dict:
@@ -157,7 +162,8 @@ class Evaluator:
         }
         reply = (worker or self.worker).request(message, self.settings.timeout_s)
         if kind != "evaluate" and ("sandbox" in reply or "harness_error" in reply):
-            what = "the reference" if kind == "check_task" else "deriving the seed"
+            what = {"check_task": "the reference", "compile_seed": "deriving the seed"}.get(
+                kind, "the torch.compile baseline")
             if reply.get("sandbox") == "timeout":
                 error = f"{what} did not finish within evaluator.timeout_s={self.settings.timeout_s:g} s"
             else:
@@ -173,6 +179,26 @@ class Evaluator:
         return {"backend": self.settings.compile_backend, "mode": self.settings.compile_mode,
                 "timing": self.settings.compile_timing}
 
+    def _cached_baseline(self, task_name: str, task_source: str, worker: SandboxWorker) -> tuple[dict | None, float]:
+        """The task's torch.compile baseline (``compile_timing=cached``), measured on first use by a
+        request of its own on ``worker``, once per task and device; and the seconds that took here."""
+        settings = self._compile_baseline()
+        if not settings or settings["timing"] != "cached":
+            return None, 0.0
+        key = hashlib.sha256(f"{settings['backend']}:{settings['mode']}:{task_source}".encode()).hexdigest()
+        with self._locks_lock:
+            lock = self._baseline_locks.setdefault(key, threading.Lock())
+        began = time.monotonic()
+        with lock:  # evaluations of the task on the other workers wait for the one measurement
+            if key not in self._baselines:
+                reply = self._request("compile_baseline", task_name, task_source, worker=worker)
+                if self.gate and reply.get("out_of_memory"):  # beside other evaluations: again, alone
+                    reply = self._request("compile_baseline", task_name, task_source, worker=worker, exclusive=True)
+                if "ratio" not in reply:
+                    reply = {"error": reply.get("error") or "the torch.compile baseline gave no ratio"}
+                self._baselines[key] = reply
+            return self._baselines[key], time.monotonic() - began
+
     def evaluate(self, task_name: str, task_source: str, candidate_source: str,
                  race_bar: float | None = None) -> EvalResult:
         """Score one candidate; ``race_bar`` (its parent's speedup) lets a clearly slower child keep
@@ -182,11 +208,14 @@ class Evaluator:
             if self.settings.race and race_bar else None
         worker = self._idle.get()
         try:
+            known, baseline_s = self._cached_baseline(task_name, task_source, worker)
+            compile_baseline = dict(self._compile_baseline() or {}, known=known) if known else None
+            extra = {"compile_baseline": compile_baseline} if compile_baseline else {}
             reply = self._request("evaluate", task_name, task_source, worker=worker,
-                                  candidate_source=candidate_source, race=race)
+                                  candidate_source=candidate_source, race=race, **extra)
             if self.gate and _out_of_memory(reply):  # beside other evaluations: again, the GPU alone
                 reply = self._request("evaluate", task_name, task_source, worker=worker,
-                                      candidate_source=candidate_source, race=race, exclusive=True)
+                                      candidate_source=candidate_source, race=race, exclusive=True, **extra)
         finally:
             self._idle.put(worker)
         if "sandbox" in reply:
@@ -200,7 +229,9 @@ class Evaluator:
         # the reply, a worker started again) is the host's share.
         phases = result.extra.setdefault("phases", {})
         total = time.monotonic() - began
-        phases["host_s"] = max(0.0, total - result.wall_s)
+        if baseline_s > 0.05:  # this evaluation measured its task's baseline first (or waited for it)
+            phases["baseline_compile_s"] = phases.get("baseline_compile_s", 0.0) + baseline_s
+        phases["host_s"] = max(0.0, total - result.wall_s - baseline_s)
         phases["total_s"] = total
         return result
 

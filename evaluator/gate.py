@@ -8,6 +8,12 @@ process below them, lets the work they had queued on the GPU drain, and starts t
 (SIGCONT) once the timing is over.  A stopped evaluation is frozen between two instructions: its
 checks resume where they were, and the time it spent stopped counts against no timeout.
 
+An evaluation inside Triton's JIT compile (:func:`compile_sections`) works on the host alone: its
+queued GPU work drained, it says so (``C``) and the gate spares it (and the ``ptxas`` below it), so
+that the next candidate compiles while this one times.  When the compile is over (``E``) it waits
+for the gate's go-ahead, stopped if another evaluation is timing.  A candidate that claimed a
+compile and used the GPU meanwhile would slow the evaluation being timed, never its own figures.
+
 The gate lives in the host process (the engine, or an evaluator actor), never in candidate code:
 an evaluation that asks for the gate and keeps it holds it at most until its own timeout.
 """
@@ -29,13 +35,16 @@ class TimingGate:
 
     def __init__(self, drain_s: float = DRAIN_S):
         self.drain_s = drain_s
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held for a whole timing
+        self._state = threading.Lock()  # the holder, the stopped processes, the members compiling
         self._members: list = []  # SandboxWorkers: each has ``pid()`` and ``paused_s``
         self._holder = None
         self._stopped: list[int] = []
+        self._compiling: set[int] = set()  # id() of members inside a JIT compile: not stopped
         self._since = 0.0
         self.waited_s = 0.0  # total time evaluations waited for the gate
         self.held = 0  # timings done under the gate
+        self.spared = 0  # members left compiling while another timed
 
     def join(self, member) -> None:
         self._members.append(member)
@@ -43,28 +52,48 @@ class TimingGate:
     def acquire(self, member) -> None:
         asked = time.monotonic()
         self._lock.acquire()
-        self.waited_s += time.monotonic() - asked
-        self._holder, self.held = member, self.held + 1
-        self._stopped, self._since = [], time.monotonic()
-        for other in self._members:
-            if other is not member and (pid := other.pid()) is not None:
-                self._stopped += _signal_tree(pid, signal.SIGSTOP)
+        with self._state:
+            self.waited_s += time.monotonic() - asked
+            self._holder, self.held = member, self.held + 1
+            self._stopped, self._since = [], time.monotonic()
+            for other in self._members:
+                if other is member:
+                    continue
+                if id(other) in self._compiling:
+                    self.spared += 1
+                elif (pid := other.pid()) is not None:
+                    self._stopped += _signal_tree(pid, signal.SIGSTOP)
         if self._stopped:
             time.sleep(self.drain_s)
 
+    def compiling(self, member) -> None:
+        """``member`` works on the host alone (a JIT compile, its GPU queue drained): not stopped."""
+        with self._state:
+            self._compiling.add(id(member))
+
+    def compiled(self, member) -> None:
+        """``member``'s compile is over (or its evaluation): stopped now if another is timing."""
+        with self._state:
+            if id(member) not in self._compiling:
+                return
+            self._compiling.discard(id(member))
+            if self._holder is not None and self._holder is not member and (pid := member.pid()) is not None:
+                self._stopped += _signal_tree(pid, signal.SIGSTOP)
+
     def release(self, member) -> None:
-        if self._holder is not member:
-            return  # a stray release (a worker restarted mid-timing): nothing held
-        paused = time.monotonic() - self._since
-        for pid in reversed(self._stopped):
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        for other in self._members:
-            if other is not member:
-                other.paused_s += paused  # their deadlines move by the time they were stopped
-        self._holder, self._stopped = None, []
+        with self._state:
+            if self._holder is not member:
+                return  # a stray release (a worker restarted mid-timing): nothing held
+            paused = time.monotonic() - self._since
+            for pid in reversed(self._stopped):
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            for other in self._members:
+                if other is not member:
+                    other.paused_s += paused  # their deadlines move by the time they were stopped
+            self._holder, self._stopped = None, []
         self._lock.release()
 
     def holds(self, member) -> bool:
@@ -106,3 +135,40 @@ def gpu_alone(fds: list[int] | None, phases: dict | None = None):
         yield
     finally:
         os.write(want, b"D")
+
+
+_compile_depth = 0
+compile_wait_s = 0.0  # this process's wait for the go-ahead after its compiles
+
+
+def compile_sections(fds: list[int] | None, drain) -> bool:
+    """In the evaluation process of a pipeline: Triton's JIT compiles become sections that another
+    evaluation's timing need not stop (``C`` ... ``E``, then the gate's go-ahead).  ``drain`` waits
+    for this process's queued GPU work first.  False where Triton has no ``_do_compile`` to wrap."""
+    from triton.runtime.jit import JITFunction
+
+    original = getattr(JITFunction, "_do_compile", None)
+    if not fds or original is None or getattr(original, "_gate_section", False):
+        return False
+    want, go = fds
+
+    def in_section(kernel, *args, **kwargs):
+        global _compile_depth, compile_wait_s
+        if _compile_depth:  # a compile inside a compile: one section
+            return original(kernel, *args, **kwargs)
+        drain()
+        _compile_depth += 1
+        os.write(want, b"C")
+        try:
+            return original(kernel, *args, **kwargs)
+        finally:
+            _compile_depth -= 1
+            asked = time.monotonic()
+            os.write(want, b"E")
+            while (reply := os.read(go, 1)) and reply != b"G":
+                pass
+            compile_wait_s += time.monotonic() - asked
+
+    in_section._gate_section = True
+    JITFunction._do_compile = in_section
+    return True

@@ -21,8 +21,8 @@ from evaluator.correctness import Verifier
 from evaluator.guards import compiled_kernels, timer_identities, timers_tampered, uninstall_launch_counter
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
-from evaluator import compile_seed, memory, seed_capture
-from evaluator.gate import gpu_alone
+from evaluator import baseline, compile_seed, gate, memory, seed_capture
+from evaluator.gate import compile_sections, gpu_alone
 from evaluator.measure import measure, numel
 from evaluator.phases import Phases
 from evaluator.timing import L2_FLUSH_BYTES
@@ -39,6 +39,8 @@ def handle(request: dict) -> dict:
         return make_compile_seed(request)
     if kind == "evaluate":
         return evaluate(request).to_dict()
+    if kind == "compile_baseline":
+        return compile_baseline(request)
     raise ValueError(f"unknown request kind {kind!r}")
 
 
@@ -167,6 +169,27 @@ def evaluate(request: dict) -> EvalResult:
     return result
 
 
+def compile_baseline(request: dict) -> dict:
+    """The torch.compile baseline of a task, timed against eager on its largest shape set, in a
+    process that runs no candidate code: ``{"ratio", "compiled_ms", "eager_ms", ...}`` or ``{"error"}``.
+    The evaluator asks once per task and device and hands the ratio to the task's evaluations."""
+    device = request["device"]
+    whole = request.pop("gate_fds", None) if request.get("exclusive") else None
+    try:
+        with gpu_alone(whole):
+            problem = _load_module(request["task_source"], Path(request["scratch"]), "task")
+            reference = _build(problem.Model, problem, device)
+            shape = select_shapes(problem, device, request["cpu_max_numel"])[-1]
+            inputs = make_inputs(problem, shape, request["seeds"][0], device)
+            settings = request["compile_baseline"]
+            return baseline.compiled_over_eager(reference, inputs, device=device, backend=settings["backend"],
+                                                mode=settings.get("mode"), timing=request["timing"],
+                                                gate_fds=request.get("gate_fds"))
+    except Exception as exc:  # the user's reference, or the GPU's memory beside other evaluations
+        return {"error": f"the reference failed before its torch.compile baseline: {type(exc).__name__}: "
+                         f"{str(exc)[:300]}", "out_of_memory": memory.is_out_of_memory(exc)}
+
+
 def _device_name(device: str) -> str:
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name()
@@ -191,6 +214,8 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         # What the reference alone needs, measured before any candidate code runs.
         reference_bytes = memory.reference_footprint(problem, reference, shapes[-1], request["seeds"][0], device)
     timers = timer_identities()  # before any candidate code runs
+    if device.startswith("cuda"):  # in a pipeline, this candidate's JIT compiles overlap another's timing
+        compile_sections(request.get("gate_fds"), torch.cuda.synchronize)
     try:
         candidate = _load_module(source, scratch, "candidate")
     except Exception as exc:
@@ -235,6 +260,8 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         extra["timed_window"] = [timed_from, time.time()]  # wall clock: pipelined timings never overlap
     phases["timing_s"] = (time.monotonic() - began - phases["load_s"] - phases["checks_s"]
                           - phases.get("gate_wait_s", 0.0))
+    if gate.compile_wait_s:  # after its compiles, waiting for another evaluation's timing
+        phases["compile_gate_wait_s"] = gate.compile_wait_s
     phases["timed_calls_s"] = measured.pop("timed_calls_s")
     extra.update(phases=dict(phases), roofline=measured.pop("roofline"), work=measured.pop("work"))
     footprint = memory.report(reference_bytes, device, checks_bytes, memory.phase_peak(device),

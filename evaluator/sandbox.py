@@ -27,6 +27,8 @@ _ALLOWED_ENV = (
     "VIRTUAL_ENV", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES",
 )
 
+GATED = ("evaluate", "compile_baseline")  # requests that time on the GPU: through the timing gate, if any
+
 
 def worker_environment(device: str, cuda_index: int | None, scratch: Path, cache_dir: Path) -> dict:
     env = {k: os.environ[k] for k in _ALLOWED_ENV if k in os.environ}
@@ -92,7 +94,7 @@ class SandboxWorker:
         an evaluation may ask for the GPU alone (``{"gate": "want"}`` ... ``{"gate": "done"}``)."""
         if self._proc is None or self._proc.poll() is not None:
             self.start()
-        message = dict(message, timeout_s=timeout_s, gate=self.gate is not None and message["kind"] == "evaluate")
+        message = dict(message, timeout_s=timeout_s, gate=self.gate is not None and message["kind"] in GATED)
         try:
             self._proc.stdin.write((json.dumps(message) + "\n").encode())
             self._proc.stdin.flush()
@@ -104,6 +106,7 @@ class SandboxWorker:
         finally:
             if self.gate is not None:
                 self.gate.release(self)  # a no-op unless the evaluation ended holding it
+                self.gate.compiled(self)  # nor unless it ended inside a compile
 
     def _gate_message(self, message: dict) -> bool:
         """Act on a gate message from the worker; False for any other message (a reply)."""
@@ -118,6 +121,12 @@ class SandboxWorker:
             self._proc.stdin.flush()
         elif message["gate"] == "done":
             self.gate.release(self)
+        elif message["gate"] == "compiling":
+            self.gate.compiling(self)
+        elif message["gate"] == "compiled":
+            self.gate.compiled(self)  # stopped first if another evaluation is timing, then the go-ahead
+            self._proc.stdin.write(b'{"gate": "go"}\n')
+            self._proc.stdin.flush()
         return True
 
     def _read_reply(self, deadline: float) -> dict:

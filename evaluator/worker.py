@@ -214,7 +214,8 @@ def _read_reply(read_fd: int, pid: int, timeout_s: float, memory_limit: int,
 
 class _GateRelay:
     """Passes an evaluation's requests for the GPU alone (``W``, then ``D`` when its timing is done)
-    to the host's timing gate (:mod:`evaluator.gate`), and the host's go-ahead back (``G``)."""
+    and its JIT compiles (``C``, ``E``) to the host's timing gate (:mod:`evaluator.gate`), and the
+    host's go-ahead back (``G``)."""
 
     def __init__(self, send):
         self.send = send
@@ -233,16 +234,23 @@ class _GateRelay:
             return 0.0
         for byte in chunk:
             if byte == ord("W"):
-                self.send({"gate": "want"})
-                while (line := sys.stdin.readline()) and json.loads(line).get("gate") != "go":
-                    pass
-                try:
-                    os.write(self.go_fd, b"G")
-                except OSError:  # the child is gone
-                    pass
+                self._until_go({"gate": "want"})
             elif byte == ord("D"):
                 self.send({"gate": "done"})
+            elif byte == ord("C"):  # a JIT compile: the gate need not stop this evaluation
+                self.send({"gate": "compiling"})
+            elif byte == ord("E"):  # compiled: the GPU again once the gate allows
+                self._until_go({"gate": "compiled"})
         return time.monotonic() - began
+
+    def _until_go(self, message: dict) -> None:
+        self.send(message)
+        while (line := sys.stdin.readline()) and json.loads(line).get("gate") != "go":
+            pass
+        try:
+            os.write(self.go_fd, b"G")
+        except OSError:  # the child is gone
+            pass
 
     def close_child_ends(self) -> None:
         """In the worker, once the child is forked: the child's ends are the child's alone."""

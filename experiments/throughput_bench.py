@@ -14,6 +14,10 @@ the time of its timed calls (GPU time).  ``nvidia-smi`` samples the GPU's utilis
 100 ms while a mode runs (the GPU-busy share).  The target of issue 16, per problem: wall per
 evaluation at most 1.5 x the timed calls' GPU time + 1 s.
 
+With ``--blocks`` each problem's candidates run in a block of their own, the next problem starting
+once the block's last evaluation is back: a problem's wall per evaluation is then its block's
+elapsed time over its evaluations, pipeline included.
+
 Writes ``throughput.json`` (after every evaluation) and ``throughput.md`` under ``--out``.
 """
 from __future__ import annotations
@@ -119,12 +123,13 @@ def candidates(problems: list[Path], seeds: dict[str, str], variants: int) -> li
     return [own[i] for i in range(longest) for own in per_problem if i < len(own)]  # round robin
 
 
-def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, save) -> None:
-    """Score ``work`` in order with as many evaluations in flight as the evaluator's pipeline."""
+def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, save, blocks: bool = False) -> None:
+    """Score ``work`` in order with as many evaluations in flight as the evaluator's pipeline; with
+    ``blocks``, one problem after another, each problem's block timed on its own (``record["blocks"]``)."""
     evaluator = Evaluator(settings, DEVICE, 0 if DEVICE == "cuda" else None)
     for worker in evaluator.workers:  # import torch before the clock starts, as a run's warm workers
         worker.start()
-    pending, lock = list(reversed(work)), threading.Lock()
+    pending, lock = [], threading.Lock()
     seed_speedups: dict[str, float] = {}  # the bar a task's variants race against (evaluator.race)
     rows = record.setdefault("evaluations", [])
     record["pipeline"] = evaluator.depth
@@ -151,12 +156,20 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
                       f"(timed calls {phases.get('timed_calls_s') or 0:.2f} s) speedup {result.speedup}", flush=True)
                 save()
 
+    groups: dict[str, list] = {}
+    for item in work:
+        groups.setdefault(item[0] if blocks else "", []).append(item)
     sampler, began = UtilisationSampler(0), time.monotonic()
-    threads = [threading.Thread(target=drain) for _ in range(evaluator.depth)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    for task, group in groups.items():
+        pending[:], started = list(reversed(group)), time.monotonic()
+        threads = [threading.Thread(target=drain) for _ in range(evaluator.depth)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if blocks:
+            record.setdefault("blocks", {})[task] = {"elapsed_s": time.monotonic() - started,
+                                                     "evaluations": len(group)}
     record["elapsed_s"] = time.monotonic() - began
     record["gpu_busy"] = sampler.stop()
     evaluator.close()
@@ -171,6 +184,9 @@ def summarise(record: dict) -> dict:
     for task, rows in per_task.items():
         timed = [r for r in rows if r["timed_calls_s"]]
         wall = statistics.median(r["round_trip_s"] for r in rows)
+        block = (record.get("blocks") or {}).get(task)
+        if block:  # in a block of its own, pipeline included: what a search on this problem pays per child
+            wall = block["elapsed_s"] / block["evaluations"]
         gpu = statistics.median(r["timed_calls_s"] for r in timed) if timed else None
         phases = {k: statistics.median(r["phases"].get(k, 0.0) for r in timed)
                   for k in sorted({k for r in timed for k in r["phases"]})} if timed else {}
@@ -200,7 +216,9 @@ def markdown(modes: dict, meta: dict) -> str:
                   f"**{record['per_gpu_minute']:.2f} per GPU-minute** ({record['pipeline']} in flight, "
                   f"{record['elapsed_per_evaluation_s']:.2f} s each), GPU busy "
                   f"{'n/a' if busy is None else f'{100 * busy:.0f}%'} (nvidia-smi utilisation)", "",
-                  "| problem | evals (timed in a short round) | correct | speedup (median) | wall per eval (median) | of it timing (alone on the GPU) | timed calls' GPU time | target 1.5 x + 1 s | meets | biggest phases |",
+                  "| problem | evals (timed in a short round) | correct | speedup (median) | "
+                  + ("wall per eval (its block's elapsed / evals)" if record.get("blocks") else "wall per eval (median)")
+                  + " | of it timing (alone on the GPU, median) | timed calls' GPU time | target 1.5 x + 1 s | meets | biggest phases |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for task, s in record["summary"].items():
             top = sorted(((v, k) for k, v in s["phases"].items() if k not in ("total_s", "timing_s", "checks_s")),
@@ -226,6 +244,8 @@ def main() -> None:
     parser.add_argument("--mode", action="append", default=[])
     parser.add_argument("--out", default="throughput")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--blocks", action="store_true",
+                        help="one problem at a time (all its candidates), each block timed on its own")
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
@@ -247,7 +267,7 @@ def main() -> None:
     for text in args.mode or ["default:"]:
         name, settings = parse_mode(text)
         modes[name] = {"settings": text.partition(":")[2] or "defaults"}
-        run_mode(name, settings, work, modes[name], save)
+        run_mode(name, settings, work, modes[name], save, blocks=args.blocks)
         summarise(modes[name])
         save()
         (out / "throughput.md").write_text(markdown(modes, meta))

@@ -242,6 +242,12 @@ def test_torch_compile_baseline_is_timed(evaluator, settings_restored, timing):
     assert result.status is Status.CORRECT, result.reason
     assert result.compiled_runtime_ms > 0 and "compile_baseline_error" not in result.extra
     assert result.speedup_vs_compiled == pytest.approx(result.compiled_runtime_ms / result.runtime_ms)
+    if timing == "cached":  # measured once per task and device, apart from any candidate's process
+        again = evaluator.evaluate("double", TASK, candidate("_again = 1"))
+        assert "baseline_compile_s" in result.extra["phases"] and "baseline_compile_s" not in again.extra["phases"]
+        assert len(evaluator._baselines) == 1
+        ratio = next(iter(evaluator._baselines.values()))["ratio"]
+        assert again.compiled_runtime_ms == pytest.approx(ratio * again.ref_runtime_ms)
 
 
 def test_every_shape_set_is_timed_when_asked(evaluator, settings_restored):

@@ -116,3 +116,53 @@ def test_pipeline_depth_defaults_and_validation():
     assert Evaluator(EvaluatorSettings(device="cpu"), "cpu").depth == 1
     with pytest.raises(ValueError, match="pipeline"):
         EvaluatorSettings(pipeline=0)
+
+
+def test_a_member_inside_a_compile_is_spared_and_stopped_when_it_leaves():
+    procs = [subprocess.Popen(["sh", "-c", "sleep 30 & wait"]) for _ in range(2)]
+    try:
+        time.sleep(0.3)
+        holder, compiling = Member(procs[0]), Member(procs[1])
+        gate = TimingGate(drain_s=0.0)
+        gate.join(holder)
+        gate.join(compiling)
+        gate.compiling(compiling)
+        gate.acquire(holder)
+        assert _state(compiling.pid()) != "T" and gate.spared == 1  # its compile goes on meanwhile
+        gate.compiled(compiling)  # about to use the GPU while the holder times: stopped
+        assert _state(compiling.pid()) == "T"
+        gate.compiled(compiling)  # no compile left to end: nothing changes
+        gate.release(holder)
+        assert _state(compiling.pid()) != "T"
+        gate.compiling(compiling)
+        gate.compiled(compiling)  # nobody timing: it goes straight on
+        assert _state(compiling.pid()) != "T"
+        gate.acquire(holder)  # no longer compiling: stopped like any other member
+        assert _state(compiling.pid()) == "T"
+        gate.release(holder)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_compile_sections_announce_each_compile_and_wait_for_the_go_ahead(monkeypatch):
+    from triton.runtime.jit import JITFunction
+
+    from evaluator import gate as gate_module
+
+    calls = []
+    monkeypatch.setattr(JITFunction, "_do_compile", lambda kernel, *args: calls.append(args) or "compiled",
+                        raising=False)
+    want_r, want_w = os.pipe()
+    go_r, go_w = os.pipe()
+    drained = []
+    assert gate_module.compile_sections([want_w, go_r], lambda: drained.append(1))
+    assert not gate_module.compile_sections([want_w, go_r], lambda: None)  # installed once
+    os.write(go_w, b"G")  # the gate's go-ahead, waiting for the compile to end
+    assert JITFunction._do_compile(object(), "key") == "compiled"
+    assert calls == [("key",)] and drained == [1]
+    assert os.read(want_r, 8) == b"CE"  # compiling, then compiled
+    for fd in (want_r, want_w, go_r, go_w):
+        os.close(fd)
+    assert not gate_module.compile_sections(None, lambda: None)  # no gate: Triton left as it is

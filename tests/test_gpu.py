@@ -122,3 +122,35 @@ def test_an_evaluation_records_its_memory_peak_beside_the_references(gpu_evaluat
     assert result.status is Status.CORRECT and memory["reference_peak_mb"] > 0
     assert memory["peak_mb"] >= memory["reference_peak_mb"] and memory["ratio"] <= 3.0, memory
     assert result.extra["environment"]["torch"] and result.extra["environment"]["gpu"] == result.device
+
+
+def test_pipelined_evaluations_compile_beside_a_timing_and_agree_with_one_at_a_time(builtin_tasks):
+    import threading
+
+    task = builtin_tasks["gelu"]
+    # Distinct block sizes: each candidate compiles kernels of its own while another may be timing.
+    sources = [task.seeds[0].replace("BLOCK_SIZE = 1024", f"BLOCK_SIZE = {b}") for b in (256, 512, 2048, 4096)]
+    assert len(set(sources)) == 4
+    alone = Evaluator(EvaluatorSettings(device="cuda", timeout_s=300, race=False), "cuda", 0)
+    pipelined = Evaluator(EvaluatorSettings(device="cuda", timeout_s=300, race=False, pipeline=2), "cuda", 0)
+    try:
+        one_at_a_time = [alone.evaluate(task.name, task.source, s) for s in sources]
+        results = [None] * len(sources)
+
+        def score(i):
+            results[i] = pipelined.evaluate(task.name, task.source, sources[i])
+
+        threads = [threading.Thread(target=score, args=(i,)) for i in range(len(sources))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(600)
+    finally:
+        alone.close()
+        pipelined.close()
+    assert all(r is not None and r.status is Status.CORRECT for r in results), [r and r.reason for r in results]
+    windows = sorted(r.extra["timed_window"] for r in results)
+    for (_, end), (start, _) in zip(windows, windows[1:]):
+        assert end <= start, f"two timings overlapped: {windows}"
+    for first, second in zip(one_at_a_time, results):  # timed alone either way: the same figures
+        assert second.speedup == pytest.approx(first.speedup, rel=0.1), (first.speedup, second.speedup)
