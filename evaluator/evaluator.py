@@ -179,25 +179,29 @@ class Evaluator:
         return {"backend": self.settings.compile_backend, "mode": self.settings.compile_mode,
                 "timing": self.settings.compile_timing}
 
-    def _cached_baseline(self, task_name: str, task_source: str, worker: SandboxWorker) -> tuple[dict | None, float]:
-        """The task's torch.compile baseline (``compile_timing=cached``), measured on first use by a
-        request of its own on ``worker``, once per task and device; and the seconds that took here."""
+    def _cached_baseline(self, task_name: str, task_source: str, worker: SandboxWorker | None) -> dict | None:
+        """The task's torch.compile baseline (``compile_timing=cached``): measured once per task and
+        device by a request of its own on ``worker``.  With ``worker=None``, only what is known, or
+        the measurement another thread is making, waited for."""
         settings = self._compile_baseline()
         if not settings or settings["timing"] != "cached":
-            return None, 0.0
+            return None
         key = hashlib.sha256(f"{settings['backend']}:{settings['mode']}:{task_source}".encode()).hexdigest()
         with self._locks_lock:
             lock = self._baseline_locks.setdefault(key, threading.Lock())
-        began = time.monotonic()
-        with lock:  # evaluations of the task on the other workers wait for the one measurement
-            if key not in self._baselines:
+        if not lock.acquire(blocking=worker is None):
+            return None  # another evaluation of the task is measuring it: this one waits later, its worker free
+        try:
+            if key not in self._baselines and worker is not None:
                 reply = self._request("compile_baseline", task_name, task_source, worker=worker)
                 if self.gate and reply.get("out_of_memory"):  # beside other evaluations: again, alone
                     reply = self._request("compile_baseline", task_name, task_source, worker=worker, exclusive=True)
                 if "ratio" not in reply:
                     reply = {"error": reply.get("error") or "the torch.compile baseline gave no ratio"}
                 self._baselines[key] = reply
-            return self._baselines[key], time.monotonic() - began
+            return self._baselines.get(key)
+        finally:
+            lock.release()
 
     def evaluate(self, task_name: str, task_source: str, candidate_source: str,
                  race_bar: float | None = None) -> EvalResult:
@@ -206,18 +210,21 @@ class Evaluator:
         began = time.monotonic()
         race = {"bar": race_bar, "reps": self.settings.race_reps, "margin": self.settings.race_margin} \
             if self.settings.race and race_bar else None
-        worker = self._idle.get()
+        worker, baseline_s, entry = self._idle.get(), 0.0, None
         try:
-            known, baseline_s = self._cached_baseline(task_name, task_source, worker)
-            compile_baseline = dict(self._compile_baseline() or {}, known=known) if known else None
-            extra = {"compile_baseline": compile_baseline} if compile_baseline else {}
             reply = self._request("evaluate", task_name, task_source, worker=worker,
-                                  candidate_source=candidate_source, race=race, **extra)
+                                  candidate_source=candidate_source, race=race)
             if self.gate and _out_of_memory(reply):  # beside other evaluations: again, the GPU alone
                 reply = self._request("evaluate", task_name, task_source, worker=worker,
-                                      candidate_source=candidate_source, race=race, exclusive=True, **extra)
+                                      candidate_source=candidate_source, race=race, exclusive=True)
+            if reply.get("ref_runtime_ms"):  # timed: its task's torch.compile baseline, measured here if first
+                measured = time.monotonic()
+                entry = self._cached_baseline(task_name, task_source, worker)
+                baseline_s = time.monotonic() - measured
         finally:
             self._idle.put(worker)
+        if reply.get("ref_runtime_ms") and entry is None:
+            entry = self._cached_baseline(task_name, task_source, None)  # measured by another evaluation
         if "sandbox" in reply:
             status = Status.TIMEOUT if reply["sandbox"] == "timeout" else Status.CRASHED
             result = EvalResult(status=status, reason=reply["reason"], error=trim(reply.get("log", "")))
@@ -225,11 +232,12 @@ class Evaluator:
             result = EvalResult(status=Status.CRASHED, reason=reply["harness_error"])
         else:
             result = EvalResult.from_dict(reply)
+            _apply_baseline(result, entry)
         # The harness times its own phases; what it cannot see (starting the child, the request and
         # the reply, a worker started again) is the host's share.
         phases = result.extra.setdefault("phases", {})
         total = time.monotonic() - began
-        if baseline_s > 0.05:  # this evaluation measured its task's baseline first (or waited for it)
+        if baseline_s > 0.05:  # this evaluation measured its task's baseline after its own timing
             phases["baseline_compile_s"] = phases.get("baseline_compile_s", 0.0) + baseline_s
         phases["host_s"] = max(0.0, total - result.wall_s - baseline_s)
         phases["total_s"] = total
@@ -272,6 +280,18 @@ class Evaluator:
     def close(self) -> None:
         for worker in self.workers:
             worker.close()
+
+
+def _apply_baseline(result: EvalResult, entry: dict | None) -> None:
+    """The cached torch.compile baseline chained with this evaluation's own eager time:
+    ``compiled_ms = eager_ms(this run) * compiled/eager`` (``evaluator.baseline``)."""
+    if entry is None or not result.ref_runtime_ms or not result.runtime_ms:
+        return
+    if "ratio" in entry:
+        result.compiled_runtime_ms = entry["ratio"] * result.ref_runtime_ms
+        result.speedup_vs_compiled = result.compiled_runtime_ms / result.runtime_ms
+    else:
+        result.extra["compile_baseline_error"] = entry["error"]
 
 
 def _out_of_memory(reply: dict) -> bool:

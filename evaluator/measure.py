@@ -96,17 +96,8 @@ def measure(request: dict, problem, reference, model, shapes: list[dict], seed: 
     if "compiled" in timed:
         measured["compiled_runtime_ms"] = timed["compiled"].baseline.median_ms
         measured["speedup_vs_compiled"] = timed["compiled"].ratio
-    elif compile_settings.get("timing") == "cached":
-        entry = compile_settings.get("known")  # the evaluator's, once per task and device
-        if entry is None:  # a request without one (the harness called alone): compiled here
-            with phases.timed("baseline_compile_s"):
-                entry = baseline.compiled_over_eager(reference, inputs, device=device, backend=backend,
-                                                     mode=mode, timing=timing)
-        if "ratio" in entry:
-            measured["compiled_runtime_ms"] = entry["ratio"] * pair.baseline.median_ms
-            measured["speedup_vs_compiled"] = measured["compiled_runtime_ms"] / pair.candidate.median_ms
-        else:
-            measured["compile_baseline_error"] = entry["error"]
+    # compile_timing=cached: the evaluator chains its one measurement per task and device with
+    # this evaluation's eager time (evaluator.baseline), nothing to do here.
     if request.get("time_shapes") == "all":
         with phases.timed("shape_timings_s"):
             measured["shape_timings"] = [
