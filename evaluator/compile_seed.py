@@ -33,7 +33,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from evaluator.reference_source import NotAModel, reference_class
+from evaluator.reference_source import NotAModel, forward_signature, reference_class
 
 _KERNEL = re.compile(r"^(\w+) = async_compile\.triton\('(\w+)', '''(.*?)''', device_str='cuda'\)",
                      re.DOTALL | re.MULTILINE)
@@ -289,7 +289,7 @@ def seed_from_inductor(code: str, graph_inputs: list[str], task_source: str, *, 
     unpacked = re.search(r"^([\w, ]+) = args$", body, re.MULTILINE)
     if unpacked is None or len([a for a in unpacked.group(1).split(",") if a.strip()]) != len(graph_inputs):
         raise NoSeed(f"the wrapper's arguments do not match the {len(graph_inputs)} graph inputs")
-    params = ", ".join(forward_params)
+    signature = forward_signature(task_source)  # the reference's defaults kept: forward(x) as forward(x, mask=None)
     header = (f'"""Seed kernel derived from torch.compile (inductor) of the task\'s reference{origin}.\n\n'
               "Inductor's generated Triton kernels with its autotuning removed: block sizes and warps\n"
               'are the module-level constants below; every power of two in range stays correct."""\n')
@@ -316,7 +316,7 @@ def seed_from_inductor(code: str, graph_inputs: list[str], task_source: str, *, 
         "\n",
         "class ModelNew(_Reference):",
         "    # The reference's parameters and initialisation; forward runs the kernels above.",
-        f"    def forward(self, {params}):",
+        f"    def forward({signature}):",
         f"        args = [_as_argument(a) for a in ({arguments},)]",
         "        device = next(a.device for a in args if isinstance(a, torch.Tensor) and a.dim() > 0)",
         "        outputs = _call(args, device)",

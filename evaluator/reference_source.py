@@ -12,6 +12,7 @@ along in the file's order.
 from __future__ import annotations
 
 import ast
+import copy
 
 REFERENCE = "_Reference"
 # Names a problem file defines for the harness, never for its Model.
@@ -79,8 +80,9 @@ def reference_class(task_source: str, skip_imports: tuple[str, ...] = ()) -> tup
     # The class without its forward: ModelNew overrides it, and the reference's computation
     # has no place in a candidate.
     kept_body = [stmt for stmt in model.body if stmt is not forward]
+    defaults = [d for d in [*forward.args.defaults, *forward.args.kw_defaults] if d is not None]
     wanted = set().union(*(_used_names(n) for n in [*kept_body, *model.bases, *model.keywords,
-                                                    *model.decorator_list]))
+                                                    *model.decorator_list, *defaults]))
     # Statements that define what the class needs, and what those need in turn.
     candidates = [s for s in tree.body if s is not model and _defined_names(s)
                   and not _defined_names(s) & _HARNESS_NAMES]
@@ -106,4 +108,17 @@ def reference_class(task_source: str, skip_imports: tuple[str, ...] = ()) -> tup
         kept.append("    pass")
     header = model.lineno - offset
     kept[header] = kept[header].replace("class Model", f"class {REFERENCE}", 1)
-    return "\n".join([*context, "", "", *kept]).strip("\n"), [a.arg for a in forward.args.args[1:]]
+    params = [a.arg for a in [*forward.args.posonlyargs, *forward.args.args][1:] + forward.args.kwonlyargs]
+    return "\n".join([*context, "", "", *kept]).strip("\n"), params
+
+
+def forward_signature(task_source: str) -> str:
+    """``Model.forward``'s parameters as written, defaults and keyword-only ones included, without
+    annotations (they may name what a candidate does not import): ``self, x, mask=None``."""
+    tree = ast.parse(task_source)
+    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    forward = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    arguments = copy.deepcopy(forward.args)
+    for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]:
+        arg.annotation = None
+    return ast.unparse(arguments)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from evaluator import Evaluator, EvaluatorSettings, Preparation, Status
 from evaluator.compile_seed import NoSeed, replace_convolutions, seed_from_inductor
 from evaluator.conv_kernel import _convolution
-from evaluator.reference_source import NotAModel, reference_class
+from evaluator.reference_source import NotAModel, forward_signature, reference_class
 from evaluator.seed_capture import _avg_pool_by_slices
 from evo.kernel_source import find_tunables
 
@@ -92,6 +92,23 @@ def get_init_inputs():
     namespace: dict = {}
     exec(source, namespace)
     assert namespace["_Reference"]().block.lin.in_features == 8
+
+
+def test_forward_keeps_its_defaults_and_keyword_only_parameters():
+    # As KernelBench's NetVLAD (forward(self, x, mask=None)) and Mamba2 (initial_states=None): the
+    # harness calls forward with get_inputs() alone, so the seed's forward needs the same defaults.
+    task = """import torch
+from typing import Optional
+SCALE = 3
+
+class Model(torch.nn.Module):
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, *, scale: int = SCALE):
+        return x * scale
+"""
+    source, params = reference_class(task)
+    assert params == ["x", "mask", "scale"]
+    assert "SCALE = 3" in source  # a default's module-level name comes along
+    assert forward_signature(task) == "self, x, mask=None, *, scale=SCALE"
 
 
 def test_a_file_without_a_usable_model_is_refused():
