@@ -146,7 +146,7 @@ class RayBackend:
         resources = {"num_gpus": 1} if device == "cuda" else {"num_cpus": 1}
         spread = {"scheduling_strategy": "SPREAD"} if settings.spread else {}
         # Each actor serves its pipeline's evaluations at once (threads), each timed alone on its GPU.
-        self._depth = pipeline_depth(evaluator_settings)
+        self._depth = pipeline_depth(evaluator_settings, device)
         self._races = evaluator_settings.race
         self.evaluators = [evaluator_actor.options(max_restarts=3, max_concurrency=self._depth + 1, **resources,
                                                    **spread).remote(evaluator_settings, device)

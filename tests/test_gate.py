@@ -114,6 +114,10 @@ def test_a_pipelined_evaluation_that_fails_releases_the_gate(pipelined):
 
 def test_pipeline_depth_defaults_and_validation():
     assert Evaluator(EvaluatorSettings(device="cpu"), "cpu").depth == 1
+    from evaluator.evaluator import pipeline_depth
+
+    assert pipeline_depth(EvaluatorSettings(), "cuda") == 2 and pipeline_depth(EvaluatorSettings(), "cpu") == 1
+    assert pipeline_depth(EvaluatorSettings(pipeline=3), "cuda") == 3
     with pytest.raises(ValueError, match="pipeline"):
         EvaluatorSettings(pipeline=0)
 

@@ -131,7 +131,7 @@ def test_pipelined_evaluations_compile_beside_a_timing_and_agree_with_one_at_a_t
     # Distinct block sizes: each candidate compiles kernels of its own while another may be timing.
     sources = [task.seeds[0].replace("BLOCK_SIZE = 1024", f"BLOCK_SIZE = {b}") for b in (256, 512, 2048, 4096)]
     assert len(set(sources)) == 4
-    alone = Evaluator(EvaluatorSettings(device="cuda", timeout_s=300, race=False), "cuda", 0)
+    alone = Evaluator(EvaluatorSettings(device="cuda", timeout_s=300, race=False, pipeline=1), "cuda", 0)
     pipelined = Evaluator(EvaluatorSettings(device="cuda", timeout_s=300, race=False, pipeline=2), "cuda", 0)
     try:
         one_at_a_time = [alone.evaluate(task.name, task.source, s) for s in sources]
