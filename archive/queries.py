@@ -144,12 +144,16 @@ class ArchiveReader:
         if "phases" not in self._columns("evaluations"):
             return {"evaluations": 0, "seconds": {}}
         totals: dict[str, float] = {}
-        rows = self._rows(select(E.phases).where(E.phases.is_not(None)))
+        windows = []
+        rows = self._rows(select(E.phases, E.created_at).where(E.phases.is_not(None)))
         for row in rows:
-            for phase, seconds in json.loads(row["phases"]).items():
+            phases = json.loads(row["phases"])
+            for phase, seconds in phases.items():
                 if isinstance(seconds, (int, float)):
                     totals[phase] = totals.get(phase, 0.0) + seconds
-        return {"evaluations": len(rows), "seconds": totals}
+            if isinstance(phases.get("total_s"), (int, float)) and row["created_at"]:
+                windows.append((row["created_at"] - phases["total_s"], row["created_at"]))  # recorded at its end
+        return {"evaluations": len(rows), "seconds": totals, "under_way_s": _union(windows)}
 
     def timing_rounds(self) -> dict[str, int]:
         """How the raced children were timed (schema 7): ``{"short": n, "full": n, "from_short": n}``,
@@ -280,3 +284,14 @@ class ArchiveReader:
 
 def _rate(part: int, whole: int) -> float | None:
     return part / whole if whole else None
+
+
+def _union(windows: list[tuple[float, float]]) -> float:
+    """Seconds covered by at least one of ``windows``: the wall time with an evaluation under way,
+    however many overlapped (``evaluator.pipeline``, several GPUs)."""
+    covered, end = 0.0, float("-inf")
+    for start, stop in sorted(windows):
+        if stop > end:
+            covered += stop - max(start, end)
+            end = stop
+    return covered

@@ -102,8 +102,13 @@ def phase_line(totals: dict) -> str | None:
                       for key, label in _PHASES if key in seconds)
     timed = seconds.get("timed_calls_s", 0.0)
     within = ", ".join(f"{label} {seconds[key] / n:.2f}" for key, label in _PARTS if key in seconds)
+    under_way = totals.get("under_way_s") or 0.0
+    # Evaluations in flight together (a pipeline, several GPUs) count their time each: the wall
+    # time with one under way says what the run paid.
+    overlap = (f"; evaluations overlapping, {under_way:.0f} s of wall time had one under way "
+               f"({60 * n / under_way:.1f} per minute of it)") if 0 < under_way < 0.95 * whole else ""
     return (f"evaluator time: {whole:.0f} s for {n} evaluations ({60 * n / whole:.1f} per evaluator-minute, "
-            f"{whole / n:.1f} s each): {parts}; in timed calls {timed:.0f} s ({timed / whole:.0%} of it)"
+            f"{whole / n:.1f} s each): {parts}; in timed calls {timed:.0f} s ({timed / whole:.0%} of it){overlap}"
             + (f"; seconds per evaluation in: {within}" if within else ""))
 
 

@@ -88,3 +88,17 @@ def test_status_shows_the_meta_prompt_pool_of_a_run_that_evolved_one(small_run, 
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
     best = next(row for row in rows if row[:3] == ["3", "5", "4"])  # fragment, children, improved
     assert best[4].startswith(pool.fragments[3].sentences[0][:20])
+
+
+def test_the_phase_line_counts_overlapping_evaluations_once_in_wall_time():
+    from archive.queries import _union
+    from evo.summary import phase_line
+
+    assert _union([(0, 4), (2, 6), (10, 11), (10.5, 10.7)]) == pytest.approx(7.0)
+    assert _union([]) == 0.0
+    seconds = {"total_s": 12.0, "timing_s": 4.0, "timed_calls_s": 2.0}
+    # Two evaluations of 6 s each, in flight together: 6 s of wall time, not 12.
+    line = phase_line({"evaluations": 2, "seconds": seconds, "under_way_s": 6.0})
+    assert "10.0 per evaluator-minute" in line and "6 s of wall time had one under way (20.0 per minute" in line
+    one_at_a_time = phase_line({"evaluations": 2, "seconds": seconds, "under_way_s": 12.0})
+    assert "wall time" not in one_at_a_time
