@@ -141,6 +141,8 @@ class Evaluator:
         self._baselines: dict[str, dict] = {}  # (compiler settings, task source) hash -> the baseline's ratio
         self._baseline_locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
+        self._peaks: dict | None = None  # this GPU's measured roofline peaks, once measured
+        self._peaks_lock = threading.Lock()
 
     def _request(self, kind: str, task_name: str, task_source: str, *, worker: SandboxWorker | None = None,
                  **extra) -> dict:
@@ -164,8 +166,8 @@ class Evaluator:
         }
         reply = (worker or self.worker).request(message, self.settings.timeout_s)
         if kind != "evaluate" and ("sandbox" in reply or "harness_error" in reply):
-            what = {"check_task": "the reference", "compile_seed": "deriving the seed"}.get(
-                kind, "the torch.compile baseline")
+            what = {"check_task": "the reference", "compile_seed": "deriving the seed",
+                    "roofline_peaks": "measuring the GPU's peaks"}.get(kind, "the torch.compile baseline")
             if reply.get("sandbox") == "timeout":
                 error = f"{what} did not finish within evaluator.timeout_s={self.settings.timeout_s:g} s"
             else:
@@ -205,6 +207,16 @@ class Evaluator:
         finally:
             lock.release()
 
+    def _roofline_peaks(self, worker: SandboxWorker) -> dict | None:
+        """Configured peaks, else this GPU's, measured once by a request of its own on ``worker``."""
+        if self.settings.roofline_peaks or self.device != "cuda":
+            return self.settings.roofline_peaks
+        with self._peaks_lock:
+            if self._peaks is None:
+                reply = self._request("roofline_peaks", "", "", worker=worker)
+                self._peaks = reply if "bytes_per_s" in reply else {}  # failed: no roofline fraction
+            return self._peaks or None
+
     def evaluate(self, task_name: str, task_source: str, candidate_source: str,
                  race_bar: float | None = None) -> EvalResult:
         """Score one candidate; ``race_bar`` (its parent's speedup) lets a clearly slower child keep
@@ -214,11 +226,12 @@ class Evaluator:
             if self.settings.race and race_bar else None
         worker, baseline_s, entry = self._idle.get(), 0.0, None
         try:
+            peaks = {"roofline_peaks": self._roofline_peaks(worker)}
             reply = self._request("evaluate", task_name, task_source, worker=worker,
-                                  candidate_source=candidate_source, race=race)
+                                  candidate_source=candidate_source, race=race, **peaks)
             if self.gate and _out_of_memory(reply):  # beside other evaluations: again, the GPU alone
                 reply = self._request("evaluate", task_name, task_source, worker=worker,
-                                      candidate_source=candidate_source, race=race, exclusive=True)
+                                      candidate_source=candidate_source, race=race, exclusive=True, **peaks)
             if reply.get("ref_runtime_ms"):  # timed: its task's torch.compile baseline, measured here if first
                 measured = time.monotonic()
                 entry = self._cached_baseline(task_name, task_source, worker)

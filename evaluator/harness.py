@@ -21,7 +21,7 @@ from evaluator.correctness import Verifier
 from evaluator.guards import compiled_kernels, timer_identities, timers_tampered, uninstall_launch_counter
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
-from evaluator import baseline, compile_seed, gate, memory, seed_capture
+from evaluator import baseline, compile_seed, gate, memory, roofline, seed_capture
 from evaluator.gate import compile_sections, gpu_alone
 from evaluator.measure import measure, numel
 from evaluator.phases import Phases
@@ -41,6 +41,8 @@ def handle(request: dict) -> dict:
         return evaluate(request).to_dict()
     if kind == "compile_baseline":
         return compile_baseline(request)
+    if kind == "roofline_peaks":
+        return roofline_peaks(request)
     raise ValueError(f"unknown request kind {kind!r}")
 
 
@@ -188,6 +190,17 @@ def compile_baseline(request: dict) -> dict:
     except Exception as exc:  # the user's reference, or the GPU's memory beside other evaluations
         return {"error": f"the reference failed before its torch.compile baseline: {type(exc).__name__}: "
                          f"{str(exc)[:300]}", "out_of_memory": memory.is_out_of_memory(exc)}
+
+
+def roofline_peaks(request: dict) -> dict:
+    """This GPU's peak bandwidth and fp16 matmul throughput, measured alone on it (a 1 GiB copy and
+    an 8192² matmul: 2.3 GB, in no evaluation's memory peak): ``{"bytes_per_s", "flops_per_s", "source"}``."""
+    try:
+        with gpu_alone(request.get("gate_fds")):
+            peaks = roofline.measure_peaks(request["device"])
+    except Exception as exc:  # out of memory beside other evaluations, say: no roofline fraction then
+        return {"error": f"measuring the GPU's peaks: {type(exc).__name__}: {str(exc)[:300]}"}
+    return {"bytes_per_s": peaks.bytes_per_s, "flops_per_s": peaks.flops_per_s, "source": peaks.source}
 
 
 def _device_name(device: str) -> str:

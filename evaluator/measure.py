@@ -3,7 +3,6 @@ side with eager and the torch.compile baseline, racing, the timed calls' own che
 fraction and per-shape timings; the seconds of each part added to the evaluation's phases."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 
@@ -86,7 +85,7 @@ def measure(request: dict, problem, reference, model, shapes: list[dict], seed: 
     })
     with phases.timed("roofline_s"):
         work = roofline.work_of(problem, inputs, lambda: call(reference, inputs, "reference"))
-        peaks = roofline.peaks_for(device, request.get("roofline_peaks"), Path(request["scratch"]))
+        peaks = roofline.peaks_for(request.get("roofline_peaks"))
     measured["work"] = f"{work.bytes / 1e6:.3g} MB, {work.flops / 1e9:.3g} GFLOP per call" + (
         "" if work.declared else " (bytes of inputs and outputs)")
     if peaks is not None:

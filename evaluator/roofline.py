@@ -1,8 +1,9 @@
 """The hardware roofline: measured peaks, the work of one call, and the fraction reached.
 
-Peaks are measured once per worker on its GPU (a large device-to-device copy
-for memory bandwidth, a large fp16 matmul for arithmetic) and cached in the
-worker's scratch directory, so later candidates reuse them.  They can also be
+Peaks are measured once per GPU, alone on it, by the evaluator's own
+``roofline_peaks`` request (a large device-to-device copy for memory
+bandwidth, a large fp16 matmul for arithmetic; no candidate code in that
+process, and in no evaluation's memory peak), and sent with each evaluation.  They can also be
 given in the evaluator's settings (``roofline_peaks``), e.g. from a datasheet.
 The work of one call comes from the task (``flops(*inputs)``,
 ``bytes_moved(*inputs)``); without ``bytes_moved`` the bytes of the inputs
@@ -10,10 +11,8 @@ and outputs are used, a lower bound on the traffic of any correct kernel.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -71,24 +70,14 @@ def measure_peaks(device: str) -> Peaks:
                  source=f"measured on {torch.cuda.get_device_name()}")
 
 
-def peaks_for(device: str, configured: dict | None, scratch: Path) -> Peaks | None:
-    """Configured peaks, else this GPU's measured ones (cached per worker); None on the CPU."""
-    if configured:
-        return Peaks(float(configured["bytes_per_s"]), float(configured["flops_per_s"]), "configured")
-    if not device.startswith("cuda"):
-        return None  # the interpreter's speed says nothing about a roofline
-    cache = scratch / "roofline_peaks.json"
-    name = torch.cuda.get_device_name()
-    try:
-        data = json.loads(cache.read_text())
-        if data.get("device") == name:
-            return Peaks(data["bytes_per_s"], data["flops_per_s"], data["source"])
-    except (OSError, ValueError, KeyError):
-        pass
-    peaks = measure_peaks(device)
-    cache.write_text(json.dumps({"device": name, "bytes_per_s": peaks.bytes_per_s,
-                                 "flops_per_s": peaks.flops_per_s, "source": peaks.source}))
-    return peaks
+def peaks_for(given: dict | None) -> Peaks | None:
+    """The peaks the evaluator sends (configured, or measured once per device by a ``roofline_peaks``
+    request of its own: never in a candidate's process, nor cached where a candidate could write);
+    None without them (the evaluator measures none on the CPU: the interpreter's speed says nothing
+    about a roofline)."""
+    if not given:
+        return None
+    return Peaks(float(given["bytes_per_s"]), float(given["flops_per_s"]), given.get("source", "configured"))
 
 
 def _tensor_bytes(values) -> int:

@@ -27,7 +27,7 @@ _ALLOWED_ENV = (
     "VIRTUAL_ENV", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES",
 )
 
-GATED = ("evaluate", "compile_baseline")  # requests that time on the GPU: through the timing gate, if any
+GATED = ("evaluate", "compile_baseline", "roofline_peaks")  # requests that time on the GPU: through the timing gate, if any
 
 
 def worker_environment(device: str, cuda_index: int | None, scratch: Path, cache_dir: Path) -> dict:

@@ -372,3 +372,12 @@ def test_timed_calls_of_one_round_take_the_same_input_set():
                      {"reference": _in_turn(recorder("reference"), sets, "reference timing")}, "cpu",
                      warmup=2, reps=7, budget_s=5.0, batch=1)
     assert seen["candidate"] == seen["reference"] == [k % 3 for k in range(9)]
+
+
+def test_roofline_peaks_come_from_the_evaluator_never_from_a_candidate_writable_file():
+    from evaluator.roofline import peaks_for
+
+    assert peaks_for(None) is None
+    given = peaks_for({"bytes_per_s": 3e12, "flops_per_s": 9e14, "source": "measured on H100"})
+    assert (given.bytes_per_s, given.flops_per_s, given.source) == (3e12, 9e14, "measured on H100")
+    assert peaks_for({"bytes_per_s": 1, "flops_per_s": 2}).source == "configured"

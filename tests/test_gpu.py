@@ -154,3 +154,16 @@ def test_pipelined_evaluations_compile_beside_a_timing_and_agree_with_one_at_a_t
         assert end <= start, f"two timings overlapped: {windows}"
     for first, second in zip(one_at_a_time, results):  # timed alone either way: the same figures
         assert second.speedup == pytest.approx(first.speedup, rel=0.1), (first.speedup, second.speedup)
+
+
+def test_the_gpu_peaks_are_measured_apart_from_the_first_evaluation(builtin_tasks):
+    # Measuring them (a 1 GiB copy, an 8192² matmul) inside an evaluation put 2.3 GB in its memory peak.
+    task = builtin_tasks["gelu"]
+    evaluator = Evaluator(EvaluatorSettings(device="cuda", timeout_s=300, pipeline=1), "cuda", 0)
+    try:
+        result = evaluator.evaluate(task.name, task.source, task.seeds[0])
+    finally:
+        evaluator.close()
+    assert result.status is Status.CORRECT, result.reason
+    assert result.extra["roofline"]["source"].startswith("measured on") and result.roofline_fraction
+    assert result.extra["memory"]["task_peak_mb"] < 2000, result.extra["memory"]
