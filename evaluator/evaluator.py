@@ -143,6 +143,7 @@ class Evaluator:
         self._locks_lock = threading.Lock()
         self._peaks: dict | None = None  # this GPU's measured roofline peaks, once measured
         self._peaks_lock = threading.Lock()
+        self._peaks_failures = 0  # out of memory beside other evaluations, say: tried again, three times
 
     def _request(self, kind: str, task_name: str, task_source: str, *, worker: SandboxWorker | None = None,
                  **extra) -> dict:
@@ -214,7 +215,9 @@ class Evaluator:
         with self._peaks_lock:
             if self._peaks is None:
                 reply = self._request("roofline_peaks", "", "", worker=worker)
-                self._peaks = reply if "bytes_per_s" in reply else {}  # failed: no roofline fraction
+                self._peaks_failures += "bytes_per_s" not in reply
+                if "bytes_per_s" in reply or self._peaks_failures >= 3:  # else tried again next time
+                    self._peaks = reply if "bytes_per_s" in reply else {}  # {}: no roofline fraction
             return self._peaks or None
 
     def evaluate(self, task_name: str, task_source: str, candidate_source: str,
