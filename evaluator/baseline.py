@@ -21,7 +21,7 @@ import torch
 from evaluator import memory
 from evaluator.calls import call
 from evaluator.gate import gpu_alone
-from evaluator.timing import time_side_by_side
+from evaluator.timing import time_side_by_side, timing_args
 
 
 def compiled_reference(reference, inputs: list, *, backend: str, mode: str | None):
@@ -47,8 +47,7 @@ def compiled_over_eager(reference, inputs: list, *, device: str, backend: str, m
         with gpu_alone(gate_fds):
             pair = time_side_by_side(lambda: call(compiled, inputs, "torch.compile baseline"),
                                      lambda: call(reference, inputs, "reference timing"), device,
-                                     warmup=timing["warmup"], reps=timing["reps"], budget_s=timing["budget_s"],
-                                     warmup_s=timing.get("warmup_s", 0.0), batch=timing.get("batch", 8))
+                                     **timing_args(timing))
     except Exception as exc:  # a reference the compiler cannot handle has no compiled baseline
         return {"error": failure(exc), "out_of_memory": memory.is_out_of_memory(exc)}
     return {"ratio": pair.candidate.median_ms / pair.baseline.median_ms, "backend": backend, "mode": mode,

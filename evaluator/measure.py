@@ -3,7 +3,6 @@ side with eager and the torch.compile baseline, racing, the timed calls' own che
 fraction and per-shape timings; the seconds of each part added to the evaluation's phases."""
 from __future__ import annotations
 
-
 import torch
 
 from evaluator import baseline, roofline
@@ -11,16 +10,11 @@ from evaluator.calls import call, make_inputs
 from evaluator.guards import compiled_kernels
 from evaluator.phases import Phases
 from evaluator.timed_checks import TimedCalls, check_outputs, in_turn, input_sets, sampled_calls, triton_share
-from evaluator.timing import time_interleaved, time_side_by_side
+from evaluator.timing import time_interleaved, time_side_by_side, timing_args
 
 
 def numel(values) -> int:
     return sum(v.numel() for v in values if isinstance(v, torch.Tensor))
-
-
-def _timing_args(timing: dict) -> dict:
-    return dict(warmup=timing["warmup"], reps=timing["reps"], budget_s=timing["budget_s"],
-                warmup_s=timing.get("warmup_s", 0.0), batch=timing.get("batch", 8))
 
 
 def measure(request: dict, problem, reference, model, shapes: list[dict], seed: int, device: str,
@@ -53,7 +47,7 @@ def measure(request: dict, problem, reference, model, shapes: list[dict], seed: 
         raw: list[list[float]] = [[], []]
         with phases.timed("race_s"):
             first = time_interleaved(short, {"reference": baselines["reference"]}, device,
-                                     **dict(_timing_args(timing), reps=race["reps"]), samples=raw)
+                                     **dict(timing_args(timing), reps=race["reps"]), samples=raw)
         pair = first["reference"]
         optimistic = pair.ratio * (1 + 2 * max(pair.noise, float(request.get("noise_floor", 0.0))))
         if optimistic < race["bar"] * (1 - race["margin"]):
@@ -69,7 +63,7 @@ def measure(request: dict, problem, reference, model, shapes: list[dict], seed: 
                 measured["timing_round"]["from_short"] = len(raw[0])
     if timed is None:
         with phases.timed("interleaved_s"):  # warm-up, the timed calls, their synchronisations
-            timed = time_interleaved(candidate, baselines, device, **{**_timing_args(timing), **go_on})
+            timed = time_interleaved(candidate, baselines, device, **{**timing_args(timing), **go_on})
     with phases.timed("timed_checks_s"):
         measured["timed_checks"] = _check_timed(request, problem, reference, candidate, timing)
     pair = timed["reference"]
@@ -112,7 +106,7 @@ def _shape_timing(request: dict, problem, reference, model, shape: dict, seed: i
     inputs = make_inputs(problem, shape, seed, device)
     sets = input_sets(problem, shape, seed, device, timing, inputs)
     candidate = _timed_calls(request, model, sets, seed, device)
-    pair = time_side_by_side(candidate, in_turn(reference, sets, "reference timing"), device, **_timing_args(timing))
+    pair = time_side_by_side(candidate, in_turn(reference, sets, "reference timing"), device, **timing_args(timing))
     if request.get("timed_checks"):
         check_outputs(candidate, reference, *_tolerances(request, problem))
     return _shape_entry(shape, inputs, pair, noise_floor)

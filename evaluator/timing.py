@@ -61,6 +61,12 @@ def ratio_noise(candidate_ms: list[float], baseline_ms: list[float]) -> float:
     return 1.82 * (q3 - q1) / math.sqrt(len(ratios)) / med if med > 0 else float("inf")
 
 
+def timing_args(timing: dict) -> dict:
+    """The keyword arguments of :func:`time_interleaved` from a request's ``timing`` settings."""
+    return dict(warmup=timing["warmup"], reps=timing["reps"], budget_s=timing["budget_s"],
+                warmup_s=timing.get("warmup_s", 0.0), batch=timing.get("batch", 8))
+
+
 def time_side_by_side(candidate, baseline, device: str, *, warmup: int, reps: int,
                       budget_s: float, warmup_s: float = 0.0, batch: int = 8) -> SideBySide:
     """Median timings of ``candidate()`` and ``baseline()``, interleaved (see :func:`time_interleaved`)."""

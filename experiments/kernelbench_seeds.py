@@ -15,7 +15,7 @@
 3. Time: one evaluator evaluates every seed that passed the check (or every seed, without a
    check), ``--time-workers`` at once (``evaluator.pipeline``: they load, compile and check side by
    side, and each is timed alone on the GPU), with the engine's procedure: staged checks, then timing
-   interleaved with the eager reference and the live torch.compile baseline, here with
+   interleaved with the eager reference, the torch.compile baseline measured once per task, here with
    ``--reps`` repetitions and ``--budget-s`` seconds at most per timing (the engine's
    default is 100 and 2.0).  ``--deadline`` stops starting evaluations after so many
    seconds from the start; the rest are listed as not timed.

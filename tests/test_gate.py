@@ -2,7 +2,6 @@
 alone, the others stopped meanwhile; on the CPU through Triton's interpreter."""
 import os
 import subprocess
-import sys
 import threading
 import time
 
@@ -28,34 +27,37 @@ def _state(pid: int) -> str:
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
-def test_the_gate_stops_the_others_and_their_children_while_one_times():
-    # Each member is a process with a child of its own (a shell running sleep).
+@pytest.fixture
+def two_members():
+    """Two members, each a process with a child of its own (a shell running sleep)."""
     procs = [subprocess.Popen(["sh", "-c", "sleep 30 & wait"]) for _ in range(2)]
-    try:
-        time.sleep(0.3)
-        holder, other = Member(procs[0]), Member(procs[1])
-        gate = TimingGate(drain_s=0.0)
-        gate.join(holder)
-        gate.join(other)
-        from evaluator.containment import descendants
+    time.sleep(0.3)
+    yield Member(procs[0]), Member(procs[1])
+    for proc in procs:
+        proc.kill()
+        proc.wait()
 
-        below = descendants(other.pid())
-        assert below, "the member's child did not start"
-        gate.acquire(holder)
-        assert gate.holds(holder)
-        assert [_state(p) for p in [other.pid(), *below]] == ["T"] * (1 + len(below))
-        assert _state(holder.pid()) != "T"
-        time.sleep(0.2)
-        gate.release(other)  # not the holder's: nothing happens
-        assert _state(other.pid()) == "T"
-        gate.release(holder)
-        assert all(_state(p) != "T" for p in [other.pid(), *below])
-        assert other.paused_s >= 0.2 and holder.paused_s == 0.0
-        assert gate.held == 1 and not gate.holds(holder)
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+
+def test_the_gate_stops_the_others_and_their_children_while_one_times(two_members):
+    holder, other = two_members
+    gate = TimingGate(drain_s=0.0)
+    gate.join(holder)
+    gate.join(other)
+    from evaluator.containment import descendants
+
+    below = descendants(other.pid())
+    assert below, "the member's child did not start"
+    gate.acquire(holder)
+    assert gate.holds(holder)
+    assert [_state(p) for p in [other.pid(), *below]] == ["T"] * (1 + len(below))
+    assert _state(holder.pid()) != "T"
+    time.sleep(0.2)
+    gate.release(other)  # not the holder's: nothing happens
+    assert _state(other.pid()) == "T"
+    gate.release(holder)
+    assert all(_state(p) != "T" for p in [other.pid(), *below])
+    assert other.paused_s >= 0.2 and holder.paused_s == 0.0
+    assert gate.held == 1 and not gate.holds(holder)
 
 
 def test_a_second_acquire_waits_for_the_first_release():
@@ -122,32 +124,25 @@ def test_pipeline_depth_defaults_and_validation():
         EvaluatorSettings(pipeline=0)
 
 
-def test_a_member_inside_a_compile_is_spared_and_stopped_when_it_leaves():
-    procs = [subprocess.Popen(["sh", "-c", "sleep 30 & wait"]) for _ in range(2)]
-    try:
-        time.sleep(0.3)
-        holder, compiling = Member(procs[0]), Member(procs[1])
-        gate = TimingGate(drain_s=0.0)
-        gate.join(holder)
-        gate.join(compiling)
-        gate.compiling(compiling)
-        gate.acquire(holder)
-        assert _state(compiling.pid()) != "T" and gate.spared == 1  # its compile goes on meanwhile
-        gate.compiled(compiling)  # about to use the GPU while the holder times: stopped
-        assert _state(compiling.pid()) == "T"
-        gate.compiled(compiling)  # no compile left to end: nothing changes
-        gate.release(holder)
-        assert _state(compiling.pid()) != "T"
-        gate.compiling(compiling)
-        gate.compiled(compiling)  # nobody timing: it goes straight on
-        assert _state(compiling.pid()) != "T"
-        gate.acquire(holder)  # no longer compiling: stopped like any other member
-        assert _state(compiling.pid()) == "T"
-        gate.release(holder)
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+def test_a_member_inside_a_compile_is_spared_and_stopped_when_it_leaves(two_members):
+    holder, compiling = two_members
+    gate = TimingGate(drain_s=0.0)
+    gate.join(holder)
+    gate.join(compiling)
+    gate.compiling(compiling)
+    gate.acquire(holder)
+    assert _state(compiling.pid()) != "T" and gate.spared == 1  # its compile goes on meanwhile
+    gate.compiled(compiling)  # about to use the GPU while the holder times: stopped
+    assert _state(compiling.pid()) == "T"
+    gate.compiled(compiling)  # no compile left to end: nothing changes
+    gate.release(holder)
+    assert _state(compiling.pid()) != "T"
+    gate.compiling(compiling)
+    gate.compiled(compiling)  # nobody timing: it goes straight on
+    assert _state(compiling.pid()) != "T"
+    gate.acquire(holder)  # no longer compiling: stopped like any other member
+    assert _state(compiling.pid()) == "T"
+    gate.release(holder)
 
 
 def test_compile_sections_announce_each_compile_and_wait_for_the_go_ahead(monkeypatch):
