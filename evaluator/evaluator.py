@@ -52,9 +52,9 @@ class EvaluatorSettings:
     compile_mode: str | None = None
     compile_timing: str = "cached"  # cached: a ratio per task and device | live: timed interleaved with each candidate
     # Evaluations in flight per device: while one is timed (alone on the GPU: evaluator.gate), the
-    # others load, compile (spared by the gate) and are checked.  None: 2 on a GPU (KernelBench set:
-    # 13.1 against 11.6 evaluations per GPU-minute with 1, 14.7 with 3; throughput_bench.md round 4;
-    # each in flight holds its own GPU memory), 1 on the CPU.
+    # others start and compile (host work, spared by the gate), load and are checked.  None: 2 on a
+    # GPU (KernelBench set: 15.0 against 13.1 evaluations per GPU-minute with 1, 17.2 with 3;
+    # throughput_bench.md round 5; each in flight holds its own GPU memory), 1 on the CPU.
     pipeline: int | None = None
     # Racing: a child is first timed for race_reps repetitions against eager; one clearly slower
     # than its parent (by race_margin, beyond its noise) keeps that measurement, the others are
@@ -117,9 +117,18 @@ def pipeline_depth(settings: EvaluatorSettings, device: str) -> int:
     return settings.pipeline or (2 if device == "cuda" else 1)
 
 
+def evaluation_slots(settings: EvaluatorSettings, device: str) -> int:
+    """Evaluations to keep asked of one device: its pipeline and, with one, one more waiting for a
+    worker, so that a worker set free starts the next at once and an evaluation waiting for its task's
+    torch.compile baseline (measured by another) holds no worker."""
+    depth = pipeline_depth(settings, device)
+    return depth + 1 if depth > 1 else 1
+
+
 class Evaluator:
     """Evaluates candidates in sandbox worker processes on one device: ``pipeline_depth`` of them at
-    once (:meth:`evaluate` may be called from that many threads), each timed alone."""
+    once, each timed alone (:meth:`evaluate` may be called from ``slots`` threads: the others wait
+    for a worker)."""
 
     def __init__(self, settings: EvaluatorSettings, device: str, cuda_index: int | None = None,
                  scratch_root: str | None = None):
@@ -128,6 +137,7 @@ class Evaluator:
         self.settings = settings
         self.device = device
         self.depth = pipeline_depth(settings, device)
+        self.slots = evaluation_slots(settings, device)  # callers of evaluate at once (islands.backend)
         self.workers = [SandboxWorker(device=device, cuda_index=cuda_index, scratch_root=scratch_root,
                                       cache_dir=settings.cache_dir) for _ in range(self.depth)]
         self.worker = self.workers[0]  # checks and seeds at start-up
@@ -224,10 +234,11 @@ class Evaluator:
                  race_bar: float | None = None) -> EvalResult:
         """Score one candidate; ``race_bar`` (its parent's speedup) lets a clearly slower child keep
         a short timing round (``evaluator.race``)."""
-        began = time.monotonic()
+        asked = time.monotonic()
         race = {"bar": race_bar, "reps": self.settings.race_reps, "margin": self.settings.race_margin} \
             if self.settings.race and race_bar else None
         worker, baseline_s, entry = self._idle.get(), 0.0, None
+        began = time.monotonic()  # waiting for a worker (the slot beyond the pipeline) is queued_s
         try:
             peaks = {"roofline_peaks": self._roofline_peaks(worker)}
             reply = self._request("evaluate", task_name, task_source, worker=worker,
@@ -259,6 +270,8 @@ class Evaluator:
             phases["baseline_compile_s"] = phases.get("baseline_compile_s", 0.0) + baseline_s
         phases["host_s"] = max(0.0, total - result.wall_s - baseline_s)
         phases["total_s"] = total
+        if began - asked > 0.01:
+            phases["queued_s"] = began - asked
         return result
 
     def check_task(self, task_name: str, task_source: str) -> dict:

@@ -13,6 +13,9 @@ queued GPU work drained, it says so (``C``) and the gate spares it (and the ``pt
 that the next candidate compiles while this one times.  When the compile is over (``E``) it waits
 for the gate's go-ahead, stopped if another evaluation is timing.  A candidate that claimed a
 compile and used the GPU meanwhile would slow the evaluation being timed, never its own figures.
+The start of a request is host work too (:meth:`TimingGate.starting`: the worker forks the child,
+which sets up its containment, its CUDA context and reads the task, no candidate code yet): spared
+until the child says ``E`` (:func:`host_start_over`) before its first GPU work.
 
 The gate lives in the host process (the engine, or an evaluator actor), never in candidate code:
 an evaluation that asks for the gate and keeps it holds it at most until its own timeout.
@@ -39,8 +42,8 @@ class TimingGate:
         self._state = threading.Lock()  # the holder, the stopped processes, the members compiling
         self._members: list = []  # SandboxWorkers: each has ``pid()`` and ``paused_s``
         self._holder = None
-        self._stopped: list[int] = []
-        self._compiling: set[int] = set()  # id() of members inside a JIT compile: not stopped
+        self._stopped: dict[int, list[int]] = {}  # id() of a member -> the pids stopped for the holder
+        self._compiling: set[int] = set()  # id() of members on host work (a JIT compile, a start): not stopped
         self._since = 0.0
         self.waited_s = 0.0  # total time evaluations waited for the gate
         self.held = 0  # timings done under the gate
@@ -55,14 +58,14 @@ class TimingGate:
         with self._state:
             self.waited_s += time.monotonic() - asked
             self._holder, self.held = member, self.held + 1
-            self._stopped, self._since = [], time.monotonic()
+            self._stopped, self._since = {}, time.monotonic()
             for other in self._members:
                 if other is member:
                     continue
                 if id(other) in self._compiling:
                     self.spared += 1
                 elif (pid := other.pid()) is not None:
-                    self._stopped += _signal_tree(pid, signal.SIGSTOP)
+                    self._stopped[id(other)] = _signal_tree(pid, signal.SIGSTOP)
         if self._stopped:
             time.sleep(self.drain_s)
 
@@ -71,33 +74,46 @@ class TimingGate:
         with self._state:
             self._compiling.add(id(member))
 
+    def starting(self, member) -> None:
+        """``member`` takes a request: host work until its child says otherwise (``compiled``).  An idle
+        member stopped for another's timing goes on at once (nothing of it is queued on the GPU)."""
+        with self._state:
+            self._compiling.add(id(member))
+            for pid in reversed(self._stopped.pop(id(member), [])):
+                _resume(pid)
+
     def compiled(self, member) -> None:
-        """``member``'s compile is over (or its evaluation): stopped now if another is timing."""
+        """``member``'s host work is over (or its request): stopped now if another is timing."""
         with self._state:
             if id(member) not in self._compiling:
                 return
             self._compiling.discard(id(member))
             if self._holder is not None and self._holder is not member and (pid := member.pid()) is not None:
-                self._stopped += _signal_tree(pid, signal.SIGSTOP)
+                self._stopped.setdefault(id(member), []).extend(_signal_tree(pid, signal.SIGSTOP))
 
     def release(self, member) -> None:
         with self._state:
             if self._holder is not member:
                 return  # a stray release (a worker restarted mid-timing): nothing held
             paused = time.monotonic() - self._since
-            for pid in reversed(self._stopped):
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+            for pids in self._stopped.values():
+                for pid in reversed(pids):
+                    _resume(pid)
             for other in self._members:
                 if other is not member:
                     other.paused_s += paused  # their deadlines move by the time they were stopped
-            self._holder, self._stopped = None, []
+            self._holder, self._stopped = None, {}
         self._lock.release()
 
     def holds(self, member) -> bool:
         return self._holder is member
+
+
+def _resume(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
 
 
 def _signal_tree(root: int, sig: int) -> list[int]:
@@ -137,37 +153,61 @@ def gpu_alone(fds: list[int] | None, phases: dict | None = None):
         os.write(want, b"D")
 
 
-_compile_depth = 0
+_section_depth = 0
 compile_wait_s = 0.0  # this process's wait for the go-ahead after its compiles
+start_wait_s = 0.0  # and after its start (host_start_over)
+
+
+def _go_ahead(fds: list[int]) -> float:
+    """``E`` (host work over), then the gate's go-ahead: the seconds waited."""
+    want, go = fds
+    asked = time.monotonic()
+    os.write(want, b"E")
+    while (reply := os.read(go, 1)) and reply != b"G":
+        pass
+    return time.monotonic() - asked
+
+
+def host_start_over(fds: list[int] | None) -> None:
+    """In the request's process: its start (spared by the gate since the host sent the request,
+    :meth:`TimingGate.starting`) is over; the GPU once the gate allows.  A no-op without a gate."""
+    global start_wait_s
+    if fds:
+        start_wait_s += _go_ahead(fds)
+
+
+@contextmanager
+def host_section(fds: list[int] | None, drain):
+    """In the request's process: the block works on the host alone (``C`` ... ``E``, then the gate's
+    go-ahead), so another evaluation's timing need not stop it.  ``drain`` waits for this process's
+    queued GPU work first.  Sections inside a section are one.  A no-op without a gate."""
+    global _section_depth, compile_wait_s
+    if not fds or _section_depth:
+        yield
+        return
+    drain()
+    _section_depth += 1
+    os.write(fds[0], b"C")
+    try:
+        yield
+    finally:
+        _section_depth -= 1
+        compile_wait_s += _go_ahead(fds)
 
 
 def compile_sections(fds: list[int] | None, drain) -> bool:
-    """In the evaluation process of a pipeline: Triton's JIT compiles become sections that another
-    evaluation's timing need not stop (``C`` ... ``E``, then the gate's go-ahead).  ``drain`` waits
-    for this process's queued GPU work first.  False where Triton has no ``_do_compile`` to wrap."""
+    """In the evaluation process of a pipeline: Triton's JIT compiles become host sections that another
+    evaluation's timing need not stop (:func:`host_section`).  False where Triton has no ``_do_compile``
+    to wrap."""
     from triton.runtime.jit import JITFunction
 
     original = getattr(JITFunction, "_do_compile", None)
     if not fds or original is None or getattr(original, "_gate_section", False):
         return False
-    want, go = fds
 
     def in_section(kernel, *args, **kwargs):
-        global _compile_depth, compile_wait_s
-        if _compile_depth:  # a compile inside a compile: one section
+        with host_section(fds, drain):
             return original(kernel, *args, **kwargs)
-        drain()
-        _compile_depth += 1
-        os.write(want, b"C")
-        try:
-            return original(kernel, *args, **kwargs)
-        finally:
-            _compile_depth -= 1
-            asked = time.monotonic()
-            os.write(want, b"E")
-            while (reply := os.read(go, 1)) and reply != b"G":
-                pass
-            compile_wait_s += time.monotonic() - asked
 
     in_section._gate_section = True
     JITFunction._do_compile = in_section

@@ -92,9 +92,12 @@ class SandboxWorker:
     def request(self, message: dict, timeout_s: float) -> dict:
         """Send one request; a dead or hung worker yields a ``sandbox`` failure reply.  With a gate,
         an evaluation may ask for the GPU alone (``{"gate": "want"}`` ... ``{"gate": "done"}``)."""
+        gated = self.gate is not None and message["kind"] in GATED
+        if gated:  # host work until the child's first GPU work (evaluator.gate.host_start_over)
+            self.gate.starting(self)
         if self._proc is None or self._proc.poll() is not None:
             self.start()
-        message = dict(message, timeout_s=timeout_s, gate=self.gate is not None and message["kind"] in GATED)
+        message = dict(message, timeout_s=timeout_s, gate=gated)
         try:
             self._proc.stdin.write((json.dumps(message) + "\n").encode())
             self._proc.stdin.flush()

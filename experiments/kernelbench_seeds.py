@@ -208,7 +208,7 @@ def time_all(rows: list[dict], settings: EvaluatorSettings, deadline: float, res
                   f"vs_compiled={result.speedup_vs_compiled} wall={result.wall_s:.1f}s", flush=True)
 
     try:
-        in_threads(evaluator.depth, work)
+        in_threads(evaluator.slots, work)
     finally:
         evaluator.close()
 

@@ -151,7 +151,8 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
                              "round_trip_s": time.monotonic() - sent, "timed_calls_s": phases.get("timed_calls_s"),
                              "speedup": result.speedup, "speedup_vs_compiled": result.speedup_vs_compiled,
                              "timed_window": result.extra.get("timed_window"), "phases": phases,
-                             "timing_round": (result.extra.get("timing_round") or {}).get("round")})
+                             "timing_round": (result.extra.get("timing_round") or {}).get("round"),
+                             "done_at": time.monotonic()})
                 print(f"[{name}] {task}: {result.status.value} {rows[-1]['round_trip_s']:.1f} s "
                       f"(timed calls {phases.get('timed_calls_s') or 0:.2f} s) speedup {result.speedup}", flush=True)
                 save()
@@ -162,14 +163,17 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
     sampler, began = UtilisationSampler(0), time.monotonic()
     for task, group in groups.items():
         pending[:], started = list(reversed(group)), time.monotonic()
-        threads = [threading.Thread(target=drain) for _ in range(evaluator.depth)]
+        threads = [threading.Thread(target=drain) for _ in range(evaluator.slots)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         if blocks:
-            record.setdefault("blocks", {})[task] = {"elapsed_s": time.monotonic() - started,
-                                                     "evaluations": len(group)}
+            done = sorted(r["done_at"] for r in rows if r["task"] == task and r["done_at"] >= started)
+            record.setdefault("blocks", {})[task] = {
+                "elapsed_s": time.monotonic() - started, "evaluations": len(group),
+                # After the first result, one per this long: the pipeline full, the task's start paid.
+                "steady_s": (done[-1] - done[0]) / (len(done) - 1) if len(done) > 1 else None}
     record["elapsed_s"] = time.monotonic() - began
     record["gpu_busy"] = sampler.stop()
     evaluator.close()
@@ -185,8 +189,9 @@ def summarise(record: dict) -> dict:
         timed = [r for r in rows if r["timed_calls_s"]]
         wall = statistics.median(r["round_trip_s"] for r in rows)
         block = (record.get("blocks") or {}).get(task)
+        steady = None
         if block:  # in a block of its own, pipeline included: what a search on this problem pays per child
-            wall = block["elapsed_s"] / block["evaluations"]
+            wall, steady = block["elapsed_s"] / block["evaluations"], block.get("steady_s")
         gpu = statistics.median(r["timed_calls_s"] for r in timed) if timed else None
         phases = {k: statistics.median(r["phases"].get(k, 0.0) for r in timed)
                   for k in sorted({k for r in timed for k in r["phases"]})} if timed else {}
@@ -194,7 +199,8 @@ def summarise(record: dict) -> dict:
         alone = statistics.median(r["phases"].get("timing_s", 0.0) for r in timed) if timed else None
         summary[task] = {"alone_s": alone, "short": sum(r.get("timing_round") == "short" for r in rows),
                          "evaluations": len(rows), "correct": sum(r["status"] == "correct" for r in rows),
-                         "speedup": statistics.median(speedups) if speedups else None, "wall_s": wall, "timed_calls_s": gpu,
+                         "speedup": statistics.median(speedups) if speedups else None, "wall_s": wall,
+                         "steady_s": steady, "timed_calls_s": gpu,
                          "target_s": None if gpu is None else 1.5 * gpu + 1.0,
                          "meets": None if gpu is None else wall <= 1.5 * gpu + 1.0, "phases": phases}
     count = len(record["evaluations"])
@@ -218,17 +224,22 @@ def markdown(modes: dict, meta: dict) -> str:
                   f"{'n/a' if busy is None else f'{100 * busy:.0f}%'} (nvidia-smi utilisation)", "",
                   "| problem | evals (timed in a short round) | correct | speedup (median) | "
                   + ("wall per eval (its block's elapsed / evals)" if record.get("blocks") else "wall per eval (median)")
-                  + " | of it timing (alone on the GPU, median) | timed calls' GPU time | target 1.5 x + 1 s | meets | biggest phases |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  + " | steady (after the first result) | of it timing (alone on the GPU, median) | timed calls' GPU time"
+                  " | target 1.5 x + 1 s | meets (block / steady) | biggest phases |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for task, s in record["summary"].items():
             top = sorted(((v, k) for k, v in s["phases"].items() if k not in ("total_s", "timing_s", "checks_s")),
                          reverse=True)[:4]
             gpu = "-" if s["timed_calls_s"] is None else f"{s['timed_calls_s']:.2f} s"
             target = "-" if s["target_s"] is None else f"{s['target_s']:.2f} s"
             speedup = "-" if s["speedup"] is None else f"{s['speedup']:.3f}x"
+            steady = s.get("steady_s")
+            meets_steady = "" if steady is None or s["target_s"] is None else \
+                " / " + ("yes" if steady <= s["target_s"] else "no")
             lines.append(f"| {task} | {s['evaluations']} ({s['short']}) | {s['correct']} | {speedup} | {s['wall_s']:.2f} s | "
+                         f"{'-' if steady is None else format(steady, '.2f') + ' s'} | "
                          f"{'-' if s['alone_s'] is None else format(s['alone_s'], '.2f') + ' s'} | {gpu} | {target} | "
-                         f"{'-' if s['meets'] is None else 'yes' if s['meets'] else 'no'} | "
+                         f"{'-' if s['meets'] is None else 'yes' if s['meets'] else 'no'}{meets_steady} | "
                          + ", ".join(f"{k} {v:.2f}" for v, k in top) + " |")
         lines.append("")
     return "\n".join(lines) + "\n"

@@ -21,7 +21,7 @@ class LocalBackend:
                  proposals_per_island: int = 1):
         self.islands = islands
         self.evaluators = [make_evaluator(i) for i in range(evaluators)]
-        self._slots = sum(getattr(e, "depth", 1) for e in self.evaluators)  # every evaluator's pipeline
+        self._slots = sum(getattr(e, "slots", 1) for e in self.evaluators)  # every evaluator's pipeline, and one
         # Proposals mostly wait on LLM replies: one thread for each proposal the run loop keeps in flight.
         self._proposal_pool = ThreadPoolExecutor(max_workers=len(islands) * max(1, proposals_per_island),
                                                  thread_name_prefix="evo-propose")
@@ -33,7 +33,7 @@ class LocalBackend:
 
     @property
     def evaluator_count(self) -> int:
-        """Evaluation slots: every evaluator's pipeline (slot ``n`` is on evaluator ``n % count``)."""
+        """Evaluation slots: every evaluator's pipeline and one waiting (slot ``n`` is on evaluator ``n % count``)."""
         return self._slots
 
     def propose(self, island: int, context: Context) -> Future[Proposal]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from evaluator import EvalResult, Evaluator, EvaluatorSettings, Preparation
-from evaluator.evaluator import pipeline_depth
+from evaluator.evaluator import evaluation_slots
 from islands.island import Island
 from islands.ray_diagnostics import ClusterError, Waiting, gave_up, held_stderr, join_failure, private_ray_note, \
     probe, waiting_report
@@ -145,10 +145,11 @@ class RayBackend:
         # One evaluator per GPU (or CPU), wherever those are in the cluster.
         resources = {"num_gpus": 1} if device == "cuda" else {"num_cpus": 1}
         spread = {"scheduling_strategy": "SPREAD"} if settings.spread else {}
-        # Each actor serves its pipeline's evaluations at once (threads), each timed alone on its GPU.
-        self._depth = pipeline_depth(evaluator_settings, device)
+        # Each actor serves its slots' evaluations at once (threads: its pipeline, each timed alone on
+        # its GPU, and one waiting for a worker), and a call beside them (preparation, status).
+        self._slots = evaluation_slots(evaluator_settings, device)
         self._races = evaluator_settings.race
-        self.evaluators = [evaluator_actor.options(max_restarts=3, max_concurrency=self._depth + 1, **resources,
+        self.evaluators = [evaluator_actor.options(max_restarts=3, max_concurrency=self._slots + 1, **resources,
                                                    **spread).remote(evaluator_settings, device)
                            for _ in range(evaluators)]
         asks = {"GPU": 1.0} if device == "cuda" else {"CPU": 1.0}
@@ -230,8 +231,8 @@ class RayBackend:
 
     @property
     def evaluator_count(self) -> int:
-        """Evaluation slots: every evaluator's pipeline (slot ``n`` is on evaluator ``n % count``)."""
-        return len(self.evaluators) * self._depth
+        """Evaluation slots: every evaluator's (slot ``n`` is on evaluator ``n % count``)."""
+        return len(self.evaluators) * self._slots
 
     def propose(self, island: int, context: Context) -> Future[Proposal]:
         return self.islands[island].propose.remote(context).future()

@@ -27,6 +27,13 @@ def _state(pid: int) -> str:
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
+def _joined(*members) -> TimingGate:
+    gate = TimingGate(drain_s=0.0)
+    for member in members:
+        gate.join(member)
+    return gate
+
+
 @pytest.fixture
 def two_members():
     """Two members, each a process with a child of its own (a shell running sleep)."""
@@ -40,9 +47,7 @@ def two_members():
 
 def test_the_gate_stops_the_others_and_their_children_while_one_times(two_members):
     holder, other = two_members
-    gate = TimingGate(drain_s=0.0)
-    gate.join(holder)
-    gate.join(other)
+    gate = _joined(holder, other)
     from evaluator.containment import descendants
 
     below = descendants(other.pid())
@@ -122,13 +127,82 @@ def test_pipeline_depth_defaults_and_validation():
     assert pipeline_depth(EvaluatorSettings(pipeline=3), "cuda") == 3
     with pytest.raises(ValueError, match="pipeline"):
         EvaluatorSettings(pipeline=0)
+    from evaluator.evaluator import evaluation_slots
+
+    # One evaluation waiting beside a pipeline: a freed worker starts the next at once.
+    assert evaluation_slots(EvaluatorSettings(), "cuda") == 3 and evaluation_slots(EvaluatorSettings(), "cpu") == 1
+    assert Evaluator(EvaluatorSettings(device="cpu", pipeline=2), "cpu").slots == 3
+
+
+def test_a_member_taking_a_request_goes_on_at_once_and_is_stopped_at_its_first_gpu_work(two_members):
+    holder, starting = two_members
+    gate = _joined(holder, starting)
+    gate.acquire(holder)
+    assert _state(starting.pid()) == "T"  # idle, stopped like any other member
+    gate.starting(starting)  # a request for it: its start is host work
+    assert _state(starting.pid()) != "T"
+    from evaluator.containment import descendants
+
+    assert all(_state(pid) != "T" for pid in descendants(starting.pid()))
+    gate.compiled(starting)  # its child's start is over (host_start_over): stopped until the timing ends
+    assert _state(starting.pid()) == "T"
+    gate.release(holder)
+    assert _state(starting.pid()) != "T"
+
+
+def test_host_sections_nest_and_the_start_waits_for_the_go_ahead():
+    from evaluator import gate as gate_module
+
+    want_r, want_w = os.pipe()
+    go_r, go_w = os.pipe()
+    os.write(go_w, b"GG")  # the go-ahead for the start, then for the section
+    gate_module.host_start_over([want_w, go_r])
+    drained = []
+    with gate_module.host_section([want_w, go_r], lambda: drained.append(1)):
+        with gate_module.host_section([want_w, go_r], lambda: drained.append(2)):  # one section
+            pass
+    assert os.read(want_r, 8) == b"ECE" and drained == [1]
+    gate_module.host_start_over(None)  # no gate: nothing written, nothing waited for
+    with gate_module.host_section(None, lambda: drained.append(3)):
+        pass
+    assert drained == [1]
+    for fd in (want_r, want_w, go_r, go_w):
+        os.close(fd)
+
+
+def test_the_baseline_compile_is_a_host_section_and_its_first_call_is_not(monkeypatch):
+    """inductor's compile (compile_fx) in the torch.compile baseline's process: spared by the gate in
+    modes that run nothing on the GPU while compiling; restored after the first call."""
+    import torch
+    import torch._inductor.compile_fx as compile_fx_module
+
+    from evaluator import baseline
+
+    events = []
+    monkeypatch.setattr(compile_fx_module, "compile_fx", lambda gm, inputs: events.append("compile") or gm)
+    # inductor's wrapper looks compile_fx up in its module when dynamo hands it a graph: so does this one.
+    monkeypatch.setattr(torch, "compile", lambda model, backend, mode: (
+        lambda *inputs: compile_fx_module.compile_fx(model, inputs)(*inputs)))
+    original = compile_fx_module.compile_fx
+    want_r, want_w = os.pipe()
+    go_r, go_w = os.pipe()
+    os.write(go_w, b"G")
+    baseline.compiled_reference(lambda x: events.append("call") or x, [1], backend="inductor", mode=None,
+                                gate_fds=[want_w, go_r])
+    assert events == ["compile", "call"] and os.read(want_r, 8) == b"CE"
+    assert compile_fx_module.compile_fx is original
+    events.clear()
+    baseline.compiled_reference(lambda x: x, [1], backend="inductor", mode="max-autotune", gate_fds=[want_w, go_r])
+    assert events == ["compile"]  # benchmarks on the GPU while compiling: not spared (nothing written)
+    os.write(want_w, b"x")
+    assert os.read(want_r, 8) == b"x"
+    for fd in (want_r, want_w, go_r, go_w):
+        os.close(fd)
 
 
 def test_a_member_inside_a_compile_is_spared_and_stopped_when_it_leaves(two_members):
     holder, compiling = two_members
-    gate = TimingGate(drain_s=0.0)
-    gate.join(holder)
-    gate.join(compiling)
+    gate = _joined(holder, compiling)
     gate.compiling(compiling)
     gate.acquire(holder)
     assert _state(compiling.pid()) != "T" and gate.spared == 1  # its compile goes on meanwhile

@@ -167,3 +167,66 @@ def test_the_gpu_peaks_are_measured_apart_from_the_first_evaluation(builtin_task
     assert result.status is Status.CORRECT, result.reason
     assert result.extra["roofline"]["source"].startswith("measured on") and result.roofline_fraction
     assert result.extra["memory"]["task_peak_mb"] < 2000, result.extra["memory"]
+
+
+_SCALED = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+        {bias}
+        self.scale = {scale}
+
+    def forward(self, x):
+        return x * self.scale + self.bias
+
+def get_inputs():
+    return [torch.randn(1 << 20)]
+
+def get_init_inputs():
+    return []
+'''
+_SCALED_KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def _scaled(x_ptr, b_ptr, y_ptr, scale, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    b = tl.load(b_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, x * scale + b, mask=mask)
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        {bias}
+        self.scale = {scale}
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        _scaled[(triton.cdiv(x.numel(), 1024),)](x, self.bias, y, self.scale, x.numel(), BLOCK=1024)
+        return y
+'''
+_ON_DEVICE, _NEEDS_CPU = "float(torch.randn(1)[0])", "float(torch.randn(1).numpy()[0])"
+# A plain attribute stays where it was made (.to(device) moves parameters and buffers only): on the
+# CPU it fails beside a GPU input, as KernelBench's VanillaRNN's hidden state did.
+_ATTRIBUTE, _BUFFER = "self.bias = torch.randn(1 << 20)", 'self.register_buffer("bias", torch.randn(1 << 20))'
+
+
+@pytest.mark.parametrize("bias, reference_scale, candidate_scale", [
+    (_ATTRIBUTE, _ON_DEVICE, _ON_DEVICE),  # both made on the GPU, the plain attribute too
+    (_BUFFER, _NEEDS_CPU, _NEEDS_CPU),  # the reference needs the CPU: both made there
+    (_BUFFER, _ON_DEVICE, _NEEDS_CPU),  # only the candidate does: both made again on the CPU
+], ids=["on-device", "reference-needs-cpu", "candidate-needs-cpu"])
+def test_models_are_made_on_the_gpu_where_their_constructors_allow(gpu_evaluator, bias, reference_scale,
+                                                                   candidate_scale):
+    task = _SCALED.replace("{bias}", bias).replace("{scale}", reference_scale)
+    candidate = _SCALED_KERNEL.replace("{bias}", bias).replace("{scale}", candidate_scale)
+    result = gpu_evaluator.evaluate("scaled", task, candidate)
+    assert result.status is Status.CORRECT, (result.reason, result.error)  # the same weights either way
