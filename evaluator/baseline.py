@@ -66,7 +66,7 @@ def compiled_over_eager(reference, inputs: list, *, device: str, backend: str, m
     the timing gate (host work), timed under it."""
     try:
         compiled = compiled_reference(reference, inputs, backend=backend, mode=mode, gate_fds=gate_fds)
-        with gpu_alone(gate_fds):
+        with gpu_alone(gate_fds, host_after=_drain):  # then only the reply: host work
             pair = time_side_by_side(lambda: call(compiled, inputs, "torch.compile baseline"),
                                      lambda: call(reference, inputs, "reference timing"), device,
                                      **timing_args(timing))

@@ -15,7 +15,9 @@ for the gate's go-ahead, stopped if another evaluation is timing.  A candidate t
 compile and used the GPU meanwhile would slow the evaluation being timed, never its own figures.
 The start of a request is host work too (:meth:`TimingGate.starting`: the worker forks the child,
 which sets up its containment, its CUDA context and reads the task, no candidate code yet): spared
-until the child says ``E`` (:func:`host_start_over`) before its first GPU work.
+until the child says ``E`` (:func:`host_start_over`) before its first GPU work.  So is its end,
+once its timing is over (:func:`gpu_alone`'s ``host_after``: the result written, the process gone
+and the worker's reply), which the next timing would otherwise hold up by the whole of its length.
 
 The gate lives in the host process (the engine, or an evaluator actor), never in candidate code:
 an evaluation that asks for the gate and keeps it holds it at most until its own timeout.
@@ -134,9 +136,13 @@ def _signal_tree(root: int, sig: int) -> list[int]:
 
 
 @contextmanager
-def gpu_alone(fds: list[int] | None, phases: dict | None = None):
+def gpu_alone(fds: list[int] | None, phases: dict | None = None, *, host_after=None):
     """In the evaluation process: hold the GPU alone for the block (through the worker and the host's
-    gate); a no-op without a gate.  The wait is added to ``phases["gate_wait_s"]``."""
+    gate); a no-op without a gate.  The wait is added to ``phases["gate_wait_s"]``.
+
+    ``host_after`` (a drain: it waits for this process's queued GPU work): what the request does after
+    the block is host work (its result written, its process gone), spared by the gate until the
+    request ends; said (``C``) before the gate is let go, so the next timing never stops it."""
     if not fds:
         yield
         return
@@ -147,9 +153,14 @@ def gpu_alone(fds: list[int] | None, phases: dict | None = None):
         pass
     if phases is not None:
         phases["gate_wait_s"] = phases.get("gate_wait_s", 0.0) + time.monotonic() - began
+    ended = False
     try:
         yield
+        ended = True
     finally:
+        if ended and host_after is not None:
+            host_after()
+            os.write(want, b"C")
         os.write(want, b"D")
 
 

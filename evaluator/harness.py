@@ -220,6 +220,11 @@ def roofline_peaks(request: dict) -> dict:
     return {"bytes_per_s": peaks.bytes_per_s, "flops_per_s": peaks.flops_per_s, "source": peaks.source}
 
 
+def _drain(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def _device_name(device: str) -> str:
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name()
@@ -284,7 +289,8 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         raise Failure(Status.REJECTED, f"the candidate replaced {', '.join(tampered)}")
     uninstall_launch_counter()
     kernels = compiled_kernels()
-    with gpu_alone(request.get("gate_fds"), phases):  # timing shares the GPU with no other evaluation
+    # Timing shares the GPU with no other evaluation; after it, host work alone (the result).
+    with gpu_alone(request.get("gate_fds"), phases, host_after=lambda: _drain(device)):
         timed_from = time.time()
         measured = measure(request, problem, reference, model, shapes, request["seeds"][0], device, phases)
         limit = request.get("roofline_limit") or float("inf")

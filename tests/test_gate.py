@@ -170,6 +170,27 @@ def test_host_sections_nest_and_the_start_waits_for_the_go_ahead():
         os.close(fd)
 
 
+def test_after_its_timing_an_evaluation_says_it_is_on_host_work_before_letting_the_gate_go():
+    from evaluator import gate as gate_module
+
+    want_r, want_w = os.pipe()
+    go_r, go_w = os.pipe()
+    drained = []
+    os.write(go_w, b"GGG")
+    with gate_module.gpu_alone([want_w, go_r], host_after=lambda: drained.append(1)):
+        pass
+    assert os.read(want_r, 8) == b"WCD" and drained == [1]  # drained, spared, then the gate let go
+    with gate_module.gpu_alone([want_w, go_r]):
+        pass
+    assert os.read(want_r, 8) == b"WD"
+    with pytest.raises(RuntimeError):  # a timing that failed: no host work claimed
+        with gate_module.gpu_alone([want_w, go_r], host_after=lambda: drained.append(2)):
+            raise RuntimeError("the candidate failed while timed")
+    assert os.read(want_r, 8) == b"WD" and drained == [1]
+    for fd in (want_r, want_w, go_r, go_w):
+        os.close(fd)
+
+
 def test_the_baseline_compile_is_a_host_section_and_its_first_call_is_not(monkeypatch):
     """inductor's compile (compile_fx) in the torch.compile baseline's process: spared by the gate in
     modes that run nothing on the GPU while compiling; restored after the first call."""
