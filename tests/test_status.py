@@ -102,3 +102,16 @@ def test_the_phase_line_counts_overlapping_evaluations_once_in_wall_time():
     assert "10.0 per evaluator-minute" in line and "6 s of wall time had one under way (20.0 per minute" in line
     one_at_a_time = phase_line({"evaluations": 2, "seconds": seconds, "under_way_s": 12.0})
     assert "wall time" not in one_at_a_time
+
+
+def test_the_phase_line_says_how_long_pipelined_evaluations_waited():
+    from evo.summary import phase_line
+
+    totals = {"evaluations": 2, "under_way_s": 6.0, "seconds": {
+        "total_s": 10.0, "host_s": 1.0, "load_s": 1.0, "checks_s": 4.0, "timing_s": 4.0, "timed_calls_s": 2.0,
+        "start_gate_wait_s": 0.4, "compile_gate_wait_s": 0.2, "gate_wait_s": 1.0, "queued_s": 3.0}}
+    within = phase_line(totals).split("seconds per evaluation in:")[1]
+    for part in ("waiting after the start 0.20", "waiting after a compile 0.10", "waiting to time 0.50",
+                 "queued for a worker 1.50"):
+        assert part in within
+    assert "6 s of wall time had one under way" in phase_line(totals)
