@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from evaluator import memory
-from evaluator.calls import call
+from evaluator.calls import call, synchronize
 from evaluator.gate import gpu_alone, host_section
 from evaluator.timing import time_side_by_side, timing_args
 
@@ -28,12 +28,8 @@ from evaluator.timing import time_side_by_side, timing_args
 HOST_ONLY_MODES = (None, "default", "reduce-overhead")
 
 
-def _drain() -> None:
-    if torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-
-
-def compiled_reference(reference, inputs: list, *, backend: str, mode: str | None, gate_fds: list[int] | None = None):
+def compiled_reference(reference, inputs: list, *, backend: str, mode: str | None, device: str = "cpu",
+                       gate_fds: list[int] | None = None):
     """The reference compiled by ``torch.compile`` and called once (which compiles it).  With a timing
     gate (``gate_fds``), inductor's compile is host work that another evaluation's timing need not stop
     (:func:`evaluator.gate.host_section`); the first call's kernels and their autotuning are not."""
@@ -45,7 +41,7 @@ def compiled_reference(reference, inputs: list, *, backend: str, mode: str | Non
     original = compile_fx_module.compile_fx
     if gate_fds and backend == "inductor" and mode in HOST_ONLY_MODES:
         def spared(*args, **kwargs):  # inductor's wrapper looks compile_fx up in its module at each call
-            with host_section(gate_fds, _drain):
+            with host_section(gate_fds, lambda: synchronize(device)):
                 return original(*args, **kwargs)
 
         compile_fx_module.compile_fx = spared
@@ -65,8 +61,9 @@ def compiled_over_eager(reference, inputs: list, *, device: str, backend: str, m
     """``{"ratio": compiled_ms / eager_ms, ...}`` on ``inputs``, or ``{"error": ...}``: compiled outside
     the timing gate (host work), timed under it."""
     try:
-        compiled = compiled_reference(reference, inputs, backend=backend, mode=mode, gate_fds=gate_fds)
-        with gpu_alone(gate_fds, host_after=_drain):  # then only the reply: host work
+        compiled = compiled_reference(reference, inputs, backend=backend, mode=mode, device=device,
+                                      gate_fds=gate_fds)
+        with gpu_alone(gate_fds, host_after=lambda: synchronize(device)):  # then only the reply: host work
             pair = time_side_by_side(lambda: call(compiled, inputs, "torch.compile baseline"),
                                      lambda: call(reference, inputs, "reference timing"), device,
                                      **timing_args(timing))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator.calls import Failure, error_text, make_inputs
+from evaluator.calls import Failure, error_text, make_inputs, synchronize
 from evaluator.compare import mismatch
 from evaluator.correctness import Verifier
 from evaluator.guards import compiled_kernels, timer_identities, timers_tampered, uninstall_launch_counter
@@ -220,11 +220,6 @@ def roofline_peaks(request: dict) -> dict:
     return {"bytes_per_s": peaks.bytes_per_s, "flops_per_s": peaks.flops_per_s, "source": peaks.source}
 
 
-def _drain(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def _device_name(device: str) -> str:
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name()
@@ -290,7 +285,7 @@ def _evaluate(request: dict, device: str) -> EvalResult:
     uninstall_launch_counter()
     kernels = compiled_kernels()
     # Timing shares the GPU with no other evaluation; after it, host work alone (the result).
-    with gpu_alone(request.get("gate_fds"), phases, host_after=lambda: _drain(device)):
+    with gpu_alone(request.get("gate_fds"), phases, host_after=lambda: synchronize(device)):
         timed_from = time.time()
         measured = measure(request, problem, reference, model, shapes, request["seeds"][0], device, phases)
         limit = request.get("roofline_limit") or float("inf")
