@@ -142,6 +142,8 @@ class SandboxWorker:
                     if remaining <= 0:
                         raise WorkerDied("no answer before the deadline")
                     if not sel.select(min(remaining, 1.0)):
+                        if proc.stdout.closed:  # closed by another thread (close()): epoll forgot the pipe
+                            raise WorkerDied("the worker was closed")
                         continue
                     chunk = os.read(proc.stdout.fileno(), 1 << 16)
                     if not chunk:

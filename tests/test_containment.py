@@ -198,6 +198,7 @@ def test_a_worker_stopped_mid_evaluation_leaves_no_detached_process(contained):
     assert marked(marker), "the candidate never started its sleeper"
     evaluator.worker.close()  # as the engine does when a worker stops answering
     evaluating.join(timeout=30)
+    assert not evaluating.is_alive(), "the evaluation waited on a closed worker"  # not until its deadline
     deadline = time.monotonic() + 5  # SIGKILL is delivered asynchronously, and through the chain
     while marked(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
