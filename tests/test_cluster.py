@@ -140,7 +140,7 @@ def test_an_actor_the_cluster_cannot_place_is_reported_then_given_up(two_node_cl
     address, env = two_node_cluster
     # Three evaluators of one CPU each on two one-CPU nodes: one can never start.
     out = evo_run(f"run.dir={tmp_path / 'run'}", f"ray.address={address}", "evaluator.workers=3",
-                  "ray.placement_report_s=2", "ray.placement_timeout_s=30", env=env)
+                  "ray.placement_report_s=2", "ray.placement_timeout_s=15", env=env)
     assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
     assert re.search(r"Ray: after \d+ s, \d actor\(s\) of this run have not started", out.stderr)
     assert re.search(r"evaluator \d waits for CPU 1: no node has that much free now", out.stderr), out.stderr
