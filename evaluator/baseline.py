@@ -8,7 +8,8 @@ Two ways to time it (``evaluator.compile_timing``):
   initialises CUDA) and times it interleaved with the candidate and the eager
   reference, call by call.
 - ``cached``: the evaluator asks once per task and device (a request of its
-  own, ``compile_baseline``, in a process that runs no candidate code): the
+  own, ``compile_baseline``, on a worker of its own beside the pipeline's, in a
+  process that runs no candidate code): the
   reference compiled and timed against eager side by side; later candidates
   chain that ratio with their own side-by-side ratio to eager:
   ``compiled_ms = eager_ms(this run) * compiled/eager``.  Cheaper (no compile

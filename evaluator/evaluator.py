@@ -151,6 +151,9 @@ class Evaluator:
         self._baselines: dict[str, dict] = {}  # (compiler settings, task source) hash -> the baseline's ratio
         self._baseline_locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
+        self._baseline_worker: SandboxWorker | None = None  # measures the baselines, beside the pipeline
+        self._baseline_worker_lock = threading.Lock()
+        self._cuda_index, self._scratch_root = cuda_index, scratch_root
         self._peaks: dict | None = None  # this GPU's measured roofline peaks, once measured
         self._peaks_lock = threading.Lock()
         self._peaks_failures = 0  # out of memory beside other evaluations, say: tried again, three times
@@ -194,29 +197,37 @@ class Evaluator:
         return {"backend": self.settings.compile_backend, "mode": self.settings.compile_mode,
                 "timing": self.settings.compile_timing}
 
-    def _cached_baseline(self, task_name: str, task_source: str, worker: SandboxWorker | None) -> dict | None:
+    def _cached_baseline(self, task_name: str, task_source: str) -> dict | None:
         """The task's torch.compile baseline (``compile_timing=cached``): measured once per task and
-        device by a request of its own on ``worker``.  With ``worker=None``, only what is known, or
-        the measurement another thread is making, waited for."""
+        device by a request of its own, on a worker of its own, so that the pipeline's workers go on
+        evaluating meanwhile; the task's evaluations that end meanwhile wait for it."""
         settings = self._compile_baseline()
         if not settings or settings["timing"] != "cached":
             return None
         key = hashlib.sha256(f"{settings['backend']}:{settings['mode']}:{task_source}".encode()).hexdigest()
         with self._locks_lock:
             lock = self._baseline_locks.setdefault(key, threading.Lock())
-        if not lock.acquire(blocking=worker is None):
-            return None  # another evaluation of the task is measuring it: this one waits later, its worker free
-        try:
-            if key not in self._baselines and worker is not None:
-                reply = self._request("compile_baseline", task_name, task_source, worker=worker)
-                if self.gate and reply.get("out_of_memory"):  # beside other evaluations: again, alone
-                    reply = self._request("compile_baseline", task_name, task_source, worker=worker, exclusive=True)
+        with lock:
+            if key not in self._baselines:
+                with self._baseline_worker_lock:  # one baseline at a time: each times alone anyway
+                    worker = self._baseline_worker or self._start_baseline_worker()
+                    reply = self._request("compile_baseline", task_name, task_source, worker=worker)
+                    if self.gate and reply.get("out_of_memory"):  # beside other evaluations: again, alone
+                        reply = self._request("compile_baseline", task_name, task_source, worker=worker,
+                                              exclusive=True)
                 if "ratio" not in reply:
                     reply = {"error": reply.get("error") or "the torch.compile baseline gave no ratio"}
                 self._baselines[key] = reply
-            return self._baselines.get(key)
-        finally:
-            lock.release()
+            return self._baselines[key]
+
+    def _start_baseline_worker(self) -> SandboxWorker:
+        worker = SandboxWorker(device=self.device, cuda_index=self._cuda_index, scratch_root=self._scratch_root,
+                               cache_dir=self.settings.cache_dir)
+        if self.gate:  # stopped while an evaluation times, like the pipeline's workers
+            worker.gate = self.gate
+            self.gate.join(worker)
+        self._baseline_worker = worker
+        return worker
 
     def _roofline_peaks(self, worker: SandboxWorker) -> dict | None:
         """Configured peaks, else this GPU's, measured once by a request of its own on ``worker``."""
@@ -246,14 +257,12 @@ class Evaluator:
             if self.gate and _out_of_memory(reply):  # beside other evaluations: again, the GPU alone
                 reply = self._request("evaluate", task_name, task_source, worker=worker,
                                       candidate_source=candidate_source, race=race, exclusive=True, **peaks)
-            if reply.get("ref_runtime_ms"):  # timed: its task's torch.compile baseline, measured here if first
-                measured = time.monotonic()
-                entry = self._cached_baseline(task_name, task_source, worker)
-                baseline_s = time.monotonic() - measured
         finally:
             self._idle.put(worker)
-        if reply.get("ref_runtime_ms") and entry is None:
-            entry = self._cached_baseline(task_name, task_source, None)  # measured by another evaluation
+        if reply.get("ref_runtime_ms"):  # timed: its task's torch.compile baseline, measured if first
+            measured = time.monotonic()
+            entry = self._cached_baseline(task_name, task_source)
+            baseline_s = time.monotonic() - measured
         if "sandbox" in reply:
             status = Status.TIMEOUT if reply["sandbox"] == "timeout" else Status.CRASHED
             result = EvalResult(status=status, reason=reply["reason"], error=trim(reply.get("log", "")))
@@ -266,7 +275,7 @@ class Evaluator:
         # the reply, a worker started again) is the host's share.
         phases = result.extra.setdefault("phases", {})
         total = time.monotonic() - began
-        if baseline_s > 0.05:  # this evaluation measured its task's baseline after its own timing
+        if baseline_s > 0.05:  # this evaluation waited for its task's baseline, measured after its timing
             phases["baseline_compile_s"] = phases.get("baseline_compile_s", 0.0) + baseline_s
         phases["host_s"] = max(0.0, total - result.wall_s - baseline_s)
         phases["total_s"] = total
@@ -309,7 +318,7 @@ class Evaluator:
         return self.prepare(tasks, self.prepare_workers)
 
     def close(self) -> None:
-        for worker in self.workers:
+        for worker in [*self.workers, *([self._baseline_worker] if self._baseline_worker else [])]:
             worker.close()
 
 

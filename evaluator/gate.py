@@ -52,7 +52,8 @@ class TimingGate:
         self.spared = 0  # members left compiling while another timed
 
     def join(self, member) -> None:
-        self._members.append(member)
+        with self._state:  # a member may join while another times (the baseline's worker, say)
+            self._members.append(member)
 
     def acquire(self, member) -> None:
         asked = time.monotonic()

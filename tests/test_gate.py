@@ -112,6 +112,30 @@ def test_pipelined_evaluations_are_timed_one_at_a_time_and_all_scored(pipelined)
     assert any(r.extra["phases"].get("gate_wait_s", 0) >= 0 for r in results)
 
 
+def test_the_baseline_is_measured_on_a_worker_of_its_own_while_the_pipeline_goes_on():
+    # aot_eager: torch.compile without a C++ toolchain (inductor on GPUs).
+    settings = EvaluatorSettings(device="cpu", timeout_s=60, pipeline=2, compile_baseline=True,
+                                 compile_backend="aot_eager")
+    ev = Evaluator(settings, "cpu")
+    results = [None] * 3
+    try:
+        def score(i):
+            results[i] = ev.evaluate("double", TASK, candidate(f"_variant = {i}"))
+
+        threads = [threading.Thread(target=score, args=(i,)) for i in range(len(results))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+        assert all(r is not None and r.status == Status.CORRECT for r in results), [r and r.reason for r in results]
+        assert all(r.compiled_runtime_ms and r.speedup_vs_compiled for r in results)  # one ratio, for each
+        assert len(ev._baselines) == 1 and ev._baseline_worker not in ev.workers
+        assert ev._baseline_worker in ev.gate._members  # stopped while an evaluation times, like the others
+        assert ev.gate.held == len(results) + 1  # the baseline timed alone too
+    finally:
+        ev.close()
+
+
 def test_a_pipelined_evaluation_that_fails_releases_the_gate(pipelined):
     broken = candidate("raise RuntimeError('broken on purpose')")
     assert pipelined.evaluate("double", TASK, broken).status == Status.RUNTIME_ERROR
