@@ -13,9 +13,9 @@ queued GPU work drained, it says so (``C``) and the gate spares it (and the ``pt
 that the next candidate compiles while this one times.  When the compile is over (``E``) it waits
 for the gate's go-ahead, stopped if another evaluation is timing.  A candidate that claimed a
 compile and used the GPU meanwhile would slow the evaluation being timed, never its own figures.
-The start of a request is host work too (:meth:`TimingGate.starting`: the worker forks the child,
-which sets up its containment, its CUDA context and reads the task, no candidate code yet): spared
-until the child says ``E`` (:func:`host_start_over`) before its first GPU work.  So is its end,
+The start of a request is host work too (:meth:`TimingGate.compiling` as the host sends it: the
+worker forks the child, which sets up its containment, its CUDA context and reads the task, no
+candidate code yet): spared until the child says ``E`` (:func:`host_start_over`) before its first GPU work.  So is its end,
 once its timing is over (:func:`gpu_alone`'s ``host_after``: the result written, the process gone
 and the worker's reply), which the next timing would otherwise hold up by the whole of its length.
 
@@ -73,13 +73,9 @@ class TimingGate:
             time.sleep(self.drain_s)
 
     def compiling(self, member) -> None:
-        """``member`` works on the host alone (a JIT compile, its GPU queue drained): not stopped."""
-        with self._state:
-            self._compiling.add(id(member))
-
-    def starting(self, member) -> None:
-        """``member`` takes a request: host work until its child says otherwise (``compiled``).  An idle
-        member stopped for another's timing goes on at once (nothing of it is queued on the GPU)."""
+        """``member`` works on the host alone until :meth:`compiled` (a JIT compile, its GPU queue drained;
+        a request's start): not stopped, and going on at once if it was (nothing of it is queued on the
+        GPU: an idle member, or one stopped just after it drained)."""
         with self._state:
             self._compiling.add(id(member))
             for pid in reversed(self._stopped.pop(id(member), [])):
@@ -182,7 +178,7 @@ def _go_ahead(fds: list[int]) -> float:
 
 def host_start_over(fds: list[int] | None) -> None:
     """In the request's process: its start (spared by the gate since the host sent the request,
-    :meth:`TimingGate.starting`) is over; the GPU once the gate allows.  A no-op without a gate."""
+    :meth:`TimingGate.compiling`) is over; the GPU once the gate allows.  A no-op without a gate."""
     global start_wait_s
     if fds:
         start_wait_s += _go_ahead(fds)

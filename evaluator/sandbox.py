@@ -94,7 +94,7 @@ class SandboxWorker:
         an evaluation may ask for the GPU alone (``{"gate": "want"}`` ... ``{"gate": "done"}``)."""
         gated = self.gate is not None and message["kind"] in GATED
         if gated:  # host work until the child's first GPU work (evaluator.gate.host_start_over)
-            self.gate.starting(self)
+            self.gate.compiling(self)
         if self._proc is None or self._proc.poll() is not None:
             self.start()
         message = dict(message, timeout_s=timeout_s, gate=gated)

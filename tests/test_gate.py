@@ -163,7 +163,7 @@ def test_a_member_taking_a_request_goes_on_at_once_and_is_stopped_at_its_first_g
     gate = _joined(holder, starting)
     gate.acquire(holder)
     assert _state(starting.pid()) == "T"  # idle, stopped like any other member
-    gate.starting(starting)  # a request for it: its start is host work
+    gate.compiling(starting)  # a request for it: its start is host work
     assert _state(starting.pid()) != "T"
     from evaluator.containment import descendants
 
