@@ -138,8 +138,8 @@ class Evaluator:
         self.device = device
         self.depth = pipeline_depth(settings, device)
         self.slots = evaluation_slots(settings, device)  # callers of evaluate at once (islands.backend)
-        self.workers = [SandboxWorker(device=device, cuda_index=cuda_index, scratch_root=scratch_root,
-                                      cache_dir=settings.cache_dir) for _ in range(self.depth)]
+        self._cuda_index, self._scratch_root = cuda_index, scratch_root
+        self.workers = [self._new_worker() for _ in range(self.depth)]
         self.worker = self.workers[0]  # checks and seeds at start-up
         self.gate = TimingGate() if self.depth > 1 else None
         for worker in self.workers if self.gate else []:
@@ -153,10 +153,14 @@ class Evaluator:
         self._locks_lock = threading.Lock()
         self._baseline_worker: SandboxWorker | None = None  # measures the baselines, beside the pipeline
         self._baseline_worker_lock = threading.Lock()
-        self._cuda_index, self._scratch_root = cuda_index, scratch_root
         self._peaks: dict | None = None  # this GPU's measured roofline peaks, once measured
         self._peaks_lock = threading.Lock()
         self._peaks_failures = 0  # out of memory beside other evaluations, say: tried again, three times
+
+    def _new_worker(self) -> SandboxWorker:
+        """A sandbox worker on this evaluator's device (started at its first request)."""
+        return SandboxWorker(device=self.device, cuda_index=self._cuda_index, scratch_root=self._scratch_root,
+                             cache_dir=self.settings.cache_dir)
 
     def _request(self, kind: str, task_name: str, task_source: str, *, worker: SandboxWorker | None = None,
                  **extra) -> dict:
@@ -221,8 +225,7 @@ class Evaluator:
             return self._baselines[key]
 
     def _start_baseline_worker(self) -> SandboxWorker:
-        worker = SandboxWorker(device=self.device, cuda_index=self._cuda_index, scratch_root=self._scratch_root,
-                               cache_dir=self.settings.cache_dir)
+        worker = self._new_worker()
         if self.gate:  # stopped while an evaluation times, like the pipeline's workers
             worker.gate = self.gate
             self.gate.join(worker)
@@ -304,9 +307,7 @@ class Evaluator:
         made = iter([self.worker])
 
         def make_worker() -> SandboxWorker:
-            return next(made, None) or SandboxWorker(device=self.device, cuda_index=self.worker.cuda_index,
-                                                     scratch_root=str(self.worker.scratch.parent),
-                                                     cache_dir=self.settings.cache_dir)
+            return next(made, None) or self._new_worker()
 
         def request(worker: SandboxWorker, kind: str, name: str, source: str) -> dict:
             return self._request(kind, name, source, worker=worker)
