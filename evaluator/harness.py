@@ -257,15 +257,13 @@ def _evaluate(request: dict, device: str) -> EvalResult:
     except Exception as exc:
         raise Failure(Status.COMPILE_ERROR, f"loading the candidate: {type(exc).__name__}: {exc}",
                        error_text(exc)) from exc
-    try:
-        model = _build(candidate.ModelNew, problem, device, on_device)
-    except Exception as exc:
-        if not on_device:
-            raise Failure(Status.RUNTIME_ERROR, f"ModelNew(...): {type(exc).__name__}: {exc}",
-                          error_text(exc)) from exc
-        model = None
-    if model is None:  # a constructor that needs the CPU: both made there, the same weights again
-        reference = _build(problem.Model, problem, device, on_device=False)
+    model = None
+    if on_device:
+        try:
+            model = _build(candidate.ModelNew, problem, device)
+        except Exception:  # a constructor that needs the CPU: both made there, the same weights again
+            reference = _build(problem.Model, problem, device, on_device=False)
+    if model is None:
         try:
             model = _build(candidate.ModelNew, problem, device, on_device=False)
         except Exception as exc:
