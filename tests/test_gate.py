@@ -91,24 +91,30 @@ def pipelined():
     ev.close()
 
 
-def test_pipelined_evaluations_are_timed_one_at_a_time_and_all_scored(pipelined):
-    assert pipelined.depth == 2 and len(pipelined.workers) == 2 and pipelined.gate is not None
-    sources = [candidate(f"_variant = {i}") for i in range(4)]  # distinct sources, same kernel
-    results = [None] * len(sources)
+def _scored_together(evaluator, count: int) -> list:
+    """``count`` distinct sources of the same kernel, evaluated from a thread each at once."""
+    sources = [candidate(f"_variant = {i}") for i in range(count)]
+    results = [None] * count
 
     def score(i):
-        results[i] = pipelined.evaluate("double", TASK, sources[i])
+        results[i] = evaluator.evaluate("double", TASK, sources[i])
 
-    threads = [threading.Thread(target=score, args=(i,)) for i in range(len(sources))]
+    threads = [threading.Thread(target=score, args=(i,)) for i in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(300)
     assert all(r is not None and r.status == Status.CORRECT for r in results), [r and r.reason for r in results]
+    return results
+
+
+def test_pipelined_evaluations_are_timed_one_at_a_time_and_all_scored(pipelined):
+    assert pipelined.depth == 2 and len(pipelined.workers) == 2 and pipelined.gate is not None
+    results = _scored_together(pipelined, 4)
     windows = sorted(r.extra["timed_window"] for r in results)
     for (_, end), (start, _) in zip(windows, windows[1:]):
         assert end <= start, f"two timings overlapped: {windows}"
-    assert pipelined.gate.held == len(sources)
+    assert pipelined.gate.held == len(results)
     assert any(r.extra["phases"].get("gate_wait_s", 0) >= 0 for r in results)
 
 
@@ -117,17 +123,8 @@ def test_the_baseline_is_measured_on_a_worker_of_its_own_while_the_pipeline_goes
     settings = EvaluatorSettings(device="cpu", timeout_s=60, pipeline=2, compile_baseline=True,
                                  compile_backend="aot_eager")
     ev = Evaluator(settings, "cpu")
-    results = [None] * 3
     try:
-        def score(i):
-            results[i] = ev.evaluate("double", TASK, candidate(f"_variant = {i}"))
-
-        threads = [threading.Thread(target=score, args=(i,)) for i in range(len(results))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(300)
-        assert all(r is not None and r.status == Status.CORRECT for r in results), [r and r.reason for r in results]
+        results = _scored_together(ev, 3)
         assert all(r.compiled_runtime_ms and r.speedup_vs_compiled for r in results)  # one ratio, for each
         assert len(ev._baselines) == 1 and ev._baseline_worker not in ev.workers
         assert ev._baseline_worker in ev.gate._members  # stopped while an evaluation times, like the others
