@@ -244,7 +244,7 @@ def test_torch_compile_baseline_is_timed(evaluator, settings_restored, timing):
     assert result.speedup_vs_compiled == pytest.approx(result.compiled_runtime_ms / result.runtime_ms)
     if timing == "cached":  # measured once per task and device, apart from any candidate's process
         again = evaluator.evaluate("double", TASK, candidate("_again = 1"))
-        assert "baseline_compile_s" in result.extra["phases"] and "baseline_compile_s" not in again.extra["phases"]
+        assert "baseline_compile_s" not in again.extra["phases"]  # the first may have waited for it, not this one
         assert len(evaluator._baselines) == 1
         ratio = next(iter(evaluator._baselines.values()))["ratio"]
         assert again.compiled_runtime_ms == pytest.approx(ratio * again.ref_runtime_ms)

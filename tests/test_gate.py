@@ -133,6 +133,36 @@ def test_the_baseline_is_measured_on_a_worker_of_its_own_while_the_pipeline_goes
         ev.close()
 
 
+def test_the_baseline_starts_with_the_first_evaluation_of_its_task_not_after_it(monkeypatch):
+    """evaluator.prefetch_baseline: the task's baseline request goes out while its first evaluation is
+    still under way (here: an evaluation that takes 0.5 s), once per task; off, only after it."""
+    for prefetch in (True, False):
+        ev = Evaluator(EvaluatorSettings(device="cpu", compile_baseline=True, prefetch_baseline=prefetch), "cpu")
+        log: list[tuple[str, str, float]] = []
+
+        def request(kind, task_name, task_source, *, worker=None, **extra):
+            log.append((kind, "asked", time.monotonic()))
+            if kind == "evaluate":
+                time.sleep(0.5)
+                reply = {"status": "incorrect", "reason": "stub", "ref_runtime_ms": 1.0}
+            else:
+                reply = {"ratio": 0.5}
+            log.append((kind, "answered", time.monotonic()))
+            return reply
+
+        monkeypatch.setattr(ev, "_request", request)
+        try:
+            for source in ("a", "b"):
+                ev.evaluate("double", TASK, source)
+            asked = [t for kind, what, t in log if kind == "compile_baseline" and what == "asked"]
+            first_done = next(t for kind, what, t in log if kind == "evaluate" and what == "answered")
+            assert len(asked) == 1  # once per task and device
+            assert (asked[0] < first_done) is prefetch
+        finally:
+            monkeypatch.undo()
+            ev.close()
+
+
 def test_a_pipelined_evaluation_that_fails_releases_the_gate(pipelined):
     broken = candidate("raise RuntimeError('broken on purpose')")
     assert pipelined.evaluate("double", TASK, broken).status == Status.RUNTIME_ERROR
