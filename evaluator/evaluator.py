@@ -7,6 +7,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from evaluator.containment import MODES
 from evaluator.gate import TimingGate
@@ -328,19 +329,55 @@ class Evaluator:
     def prepare(self, tasks: list[Preparation], parallel: int = 1) -> dict[str, dict]:
         """Check the references of ``tasks`` and derive the seeds they ask for, ``parallel`` at a time
         (each in a sandbox worker of its own): ``{name: {"check": reply, "seed": reply | None}}``."""
-        made = iter([self.worker])
+        return dict(self.prepare_stream(tasks, parallel))
+
+    def prepare_stream(self, tasks: list[Preparation], parallel: int | None = None) -> Iterator[tuple[str, dict]]:
+        """:meth:`prepare`, each task's ``(name, outcome)`` yielded as soon as it is known (``parallel``:
+        None for :attr:`prepare_workers`).  Its workers are its own, members of the timing gate while
+        they work: a search may go on beside them (their GPU work stopped while a candidate times,
+        their start and inductor's compile spared)."""
+        made: list[SandboxWorker] = []
+        outcomes: queue.SimpleQueue = queue.SimpleQueue()
+        done = object()
 
         def make_worker() -> SandboxWorker:
-            return next(made, None) or self._new_worker()
+            worker = self._new_worker()
+            if self.gate:
+                worker.gate = self.gate
+                self.gate.join(worker)
+            made.append(worker)
+            return worker
 
         def request(worker: SandboxWorker, kind: str, name: str, source: str) -> dict:
             return self._request(kind, name, source, worker=worker)
 
-        return prepare_tasks(request, tasks, parallel, make_worker)
+        def run() -> None:
+            end: object = done
+            try:
+                prepare_tasks(request, tasks, parallel or self.prepare_workers, make_worker,
+                              on_outcome=lambda name, outcome: outcomes.put((name, outcome)))
+            except BaseException as exc:  # noqa: BLE001 (raised again in the caller's thread)
+                end = exc
+            finally:
+                for worker in made:  # closed before the end is told: none outlives the stream
+                    worker.close()
+                    if self.gate:
+                        self.gate.leave(worker)
+                outcomes.put(end)
+
+        threading.Thread(target=run, daemon=True, name="evo-prepare").start()
+        while (item := outcomes.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
 
     def prepare_here(self, tasks: list[Preparation]) -> dict[str, dict]:
         """:meth:`prepare` with this host's number of workers (what a Ray actor is asked)."""
         return self.prepare(tasks, self.prepare_workers)
+
+    def prepare_stream_here(self, tasks: list[Preparation]) -> Iterator[tuple[str, dict]]:
+        """:meth:`prepare_stream` with this host's number of workers (a Ray actor's streaming generator)."""
+        yield from self.prepare_stream(tasks)
 
     def close(self) -> None:
         for worker in [*self.workers, *([self._baseline_worker] if self._baseline_worker else [])]:

@@ -55,6 +55,14 @@ class TimingGate:
         with self._state:  # a member may join while another times (the baseline's worker, say)
             self._members.append(member)
 
+    def leave(self, member) -> None:
+        """``member`` (closed) is no longer stopped, nor counted: a preparation's worker, say."""
+        with self._state:
+            self._members = [m for m in self._members if m is not member]
+            self._compiling.discard(id(member))
+            for pid in reversed(self._stopped.pop(id(member), [])):
+                _resume(pid)
+
     def acquire(self, member) -> None:
         asked = time.monotonic()
         self._lock.acquire()

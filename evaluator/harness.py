@@ -159,7 +159,8 @@ def make_compile_seed(request: dict) -> dict:
         problem = _load_module(request["task_source"], scratch, "task")
         reference, _ = build_reference(problem, device)
         shape = select_shapes(problem, device, request["cpu_max_numel"])[-1]  # no size-1 dims to specialise on
-        code, graph_inputs = seed_capture.capture(reference, make_inputs(problem, shape, 0, device))
+        code, graph_inputs = seed_capture.capture(reference, make_inputs(problem, shape, 0, device),
+                                                  gate_fds=request.get("gate_fds"))
         captured = {"inductor_code": code, "graph_inputs": graph_inputs}
         source = compile_seed.seed_from_inductor(code, graph_inputs, request["task_source"],
                                                  origin=f", torch {torch.__version__}")

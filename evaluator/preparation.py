@@ -29,12 +29,15 @@ def _out_of_memory(reply: dict) -> bool:
     return reply.get("stage") == "memory" or "out of memory" in str(reply.get("error", "")).lower()
 
 
-def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker) -> dict[str, dict]:
+def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker,
+                  on_outcome=None) -> dict[str, dict]:
     """``{name: {"check": reply, "seed": reply | None}}`` for ``tasks``.
 
     ``request(worker, kind, name, source)`` sends one request to a :class:`SandboxWorker`;
     ``make_worker()`` starts one.  Workers beyond the first are closed at the end.
+    ``on_outcome(name, outcome)`` is told each task's final outcome as soon as it is known.
     """
+    tell = on_outcome or (lambda name, outcome: None)
     results: dict[str, dict] = {}
     todo: queue.Queue[Preparation] = queue.Queue()
     for task in tasks:
@@ -55,6 +58,8 @@ def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker)
             outcome = prepare(worker, task)
             with lock:
                 results[task.name] = outcome
+            if not (count > 1 and _failed_for_memory(outcome)):  # else: again, alone
+                tell(task.name, outcome)
 
     count = max(1, min(parallel, len(tasks)))
     workers = [make_worker() for _ in range(count)]
@@ -66,13 +71,17 @@ def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker)
             thread.join()
         if count > 1:  # what failed for memory in company is tried again alone
             for task in tasks:
-                outcome = results[task.name]
-                if _out_of_memory(outcome["check"]) or (outcome["seed"] and _out_of_memory(outcome["seed"])):
+                if _failed_for_memory(results[task.name]):
                     for extra in workers[1:]:
                         extra.close()
                     del workers[1:]
                     results[task.name] = prepare(workers[0], task)
+                    tell(task.name, results[task.name])
     finally:
         for worker in workers[1:]:
             worker.close()
     return results
+
+
+def _failed_for_memory(outcome: dict) -> bool:
+    return _out_of_memory(outcome["check"]) or bool(outcome["seed"] and _out_of_memory(outcome["seed"]))

@@ -27,7 +27,9 @@ _ALLOWED_ENV = (
     "VIRTUAL_ENV", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES",
 )
 
-GATED = ("evaluate", "compile_baseline", "roofline_peaks")  # requests that time on the GPU: through the timing gate, if any
+# Requests through the timing gate, if any: those that time on the GPU, and those that may run while
+# another times (a task's preparation during a search): their start and compiles spared, their GPU work stopped.
+GATED = ("evaluate", "compile_baseline", "roofline_peaks", "check_task", "compile_seed")
 
 
 def worker_environment(device: str, cuda_index: int | None, scratch: Path, cache_dir: Path) -> dict:

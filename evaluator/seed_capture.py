@@ -28,6 +28,7 @@ import contextlib
 from unittest import mock
 
 from evaluator.compile_seed import NoSeed
+from evaluator.gate import host_section
 
 _INDUCTOR_CONFIG = {
     "max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON", "autotune_fallback_to_aten": False,
@@ -132,9 +133,11 @@ def _lowering_switches():
         yield
 
 
-def capture(reference, inputs: list) -> tuple[str, list[str]]:
+def capture(reference, inputs: list, gate_fds: list[int] | None = None) -> tuple[str, list[str]]:
     """Inductor's output module for ``reference(*inputs)`` compiled with dynamic shapes, and the
-    sources of its graph inputs in dynamo's order (that of the wrapper's ``call(args)``).
+    sources of its graph inputs in dynamo's order (that of the wrapper's ``call(args)``).  With a
+    timing gate (a seed derived while a search times candidates), inductor's compile is host work
+    that another evaluation's timing need not stop (:func:`evaluator.gate.host_section`).
 
     Dynamo may compile more than once (a recompilation, a graph break): a second call
     shows which graphs really run, and exactly one must.
@@ -149,7 +152,8 @@ def capture(reference, inputs: list) -> tuple[str, list[str]]:
 
     def backend(gm, example_inputs):
         first = len(codes)
-        compiled = compile_fx(gm, example_inputs, decompositions=decompositions)
+        with host_section(gate_fds, torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)):
+            compiled = compile_fx(gm, example_inputs, decompositions=decompositions)
         graph = {"inputs": [_source_name(n) for n in gm.graph.nodes if n.op == "placeholder"],
                  "codes": codes[first:], "calls": 0}
         graphs.append(graph)

@@ -47,6 +47,7 @@ class Components:
     cvt_cells: int  # 0: a grid archive
     progress: bool
     compile_seeds: bool = True  # tasks without a seed kernel start from torch.compile's Triton (GPU)
+    search_while_preparing: bool = True  # GPU, pipelined: the search starts with the first task prepared
     keep_stored_sources: bool = False  # a resume whose problem files changed searches on with the stored ones
 
 
@@ -146,6 +147,7 @@ def build(cfg: DictConfig) -> Components:
         selection=instantiate_node(cfg.selection, "selection"),
         inspiration=instantiate_node(cfg.inspiration, "inspiration"), cvt_cells=cvt_cells,
         progress=bool(cfg.run.progress), compile_seeds=bool(cfg.run.get("compile_seeds", True)),
+        search_while_preparing=bool(cfg.run.get("search_while_preparing", True)),
         keep_stored_sources=bool(cfg.run.get("keep_stored_sources", False)),
     )
 

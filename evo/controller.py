@@ -24,6 +24,7 @@ import numpy as np
 
 from archive import Archive, Insert
 from evaluator import EvalResult, Status
+from evo.arrivals import TaskArrivals
 from evo.feedback import Feedback
 from evo.inspiration import BestThenRandom, Inspiration
 from evo.kernel_source import normalized_hash
@@ -33,6 +34,7 @@ from evo.run_settings import RunSettings
 from evo.scheduler import MAX_LOST_EVALUATIONS, EvaluationQueue
 from evo.seeding import ATTEMPTS_META, Seeding
 from evo.selection import Selection, Uniform
+from evo.startup import Prepared
 from evo.task import Task
 from islands.migration import MigrationSettings, round_rng
 from islands.stagnation import RESEEDS_META, Stagnation
@@ -64,8 +66,12 @@ class Controller:
     def __init__(self, *, settings: RunSettings, tasks: list[Task], archive: Archive, backend,
                  migration: MigrationSettings, events: Events = _no_events, resume_count: int = 0,
                  selection: Selection | None = None, inspiration: Inspiration | None = None,
-                 steering: LLMSteering | None = None, seeding: Seeding | None = None):
+                 steering: LLMSteering | None = None, seeding: Seeding | None = None,
+                 arrivals: TaskArrivals | None = None, on_arrival: Callable[[Prepared], None] | None = None):
+        """``arrivals``: tasks still being prepared when the search starts (evo.arrivals); each piece
+        goes to ``on_arrival`` (its seed stored, or why it is set aside) before its task joins."""
         self.settings = settings
+        self.arrivals, self.on_arrival = arrivals, on_arrival
         self.tasks = {t.name: t for t in tasks}
         self.archive = archive
         self.backend = backend
@@ -127,13 +133,32 @@ class Controller:
             if program.task in self.tasks:
                 self._evaluations.add(program)
         for task in self.tasks.values():
-            for source in task.seeds:  # a seed file added since the last start counts too
-                if not self.archive.find_duplicate(task.name, source):
-                    self._evaluations.add(self.archive.add_program(task=task.name, island=0, generation=0,
-                                                           operator=SEED, source=source))
-            self._check_unseeded(task.name, "evaluated by an earlier start of this run")
+            self._add_seeds(task)
         self.events("start", children_done=self.children_done, requeued=self._evaluations.queued,
                     budget=self.settings.budget_evaluations)
+
+    def _add_seeds(self, task: Task) -> None:
+        for source in task.seeds:  # a seed file added since the last start counts too
+            if not self.archive.find_duplicate(task.name, source):
+                self._evaluations.add(self.archive.add_program(task=task.name, island=0, generation=0,
+                                                               operator=SEED, source=source))
+        self._check_unseeded(task.name, "evaluated by an earlier start of this run")
+
+    def _admit_arrivals(self) -> None:
+        """Tasks whose preparation ended since the last look join the search (evo.arrivals)."""
+        for piece in self.arrivals.take() if self.arrivals is not None else []:
+            if self.on_arrival is not None:
+                self.on_arrival(piece)
+            for task in piece.tasks:
+                self.tasks[task.name] = task
+                self._task_cycle = {i: itertools.cycle(list(self.tasks)) for i in range(self.backend.island_count)}
+                if self.archive.has_elites(task.name):
+                    self._ready.add(task.name)
+                for program in self.archive.pending():  # a resumed run's, in flight when it stopped
+                    if program.task == task.name:
+                        self._evaluations.add(program)
+                self._add_seeds(task)
+                self.events("task_joined", task=task.name, tasks=len(self.tasks))
 
     # -- the loop -------------------------------------------------------------
     def run(self) -> None:
@@ -153,13 +178,18 @@ class Controller:
         self._start()
         stalled = False
         while True:
+            self._admit_arrivals()
             self._evaluations.start(self._submit)
             if not stalled:
                 self._start_proposals()
-            if not (self._proposals or self._evaluations):
+            arriving = self.arrivals.waiting() if self.arrivals is not None else None
+            if not (self._proposals or self._evaluations or arriving):
                 break
-            done, _ = wait([*self._proposals, *self._evaluations.futures()], return_when=FIRST_COMPLETED)
+            done, _ = wait([*self._proposals, *self._evaluations.futures(), *([arriving] if arriving else [])],
+                           return_when=FIRST_COMPLETED)
             for future in done:
+                if future is arriving:
+                    continue  # taken at the top of the loop
                 if future in self._proposals:
                     self._pacing.finished(future, "proposal")
                     self._on_proposal(future, *self._proposals.pop(future))

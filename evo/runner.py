@@ -17,11 +17,13 @@ from rich.console import Console
 
 from archive import Archive, ArchiveError
 from evaluator import Evaluator, resolve_device
+from evaluator.evaluator import pipeline_depth
 from evaluator.containment import describe, probe
 from evo.config import Components
+from evo.arrivals import TaskArrivals
 from evo.controller import Controller
 from evo.errors import RunDirError, RunError, TaskError
-from evo.startup import nothing_to_search, prepare_tasks
+from evo.startup import Prepared, nothing_to_search, prepare_stream
 from evo.progress import RunEvents
 from evo.resume import Override, held_by_run, open_reader, store_sources, tasks_to_resume
 from evo.seed_store import store_seed, stored_seed
@@ -165,9 +167,19 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
     earlier = open_reader(c.archive_url) if resuming else None
     try:
         aside_before, has_programs = _earlier_state(earlier)
-        prepared = prepare_tasks(c.tasks, backend, on_gpu=device == "cuda", compile_seeds=c.compile_seeds,
-                                 llm=seeding is not None, earlier=aside_before, has_programs=has_programs,
-                                 console=console, stored=(lambda t: stored_seed(earlier, t)) if earlier else None)
+        stream = prepare_stream(c.tasks, backend, on_gpu=device == "cuda", compile_seeds=c.compile_seeds,
+                                llm=seeding is not None, earlier=aside_before, has_programs=has_programs,
+                                console=console, stored=(lambda t: stored_seed(earlier, t)) if earlier else None)
+        # With a pipeline on a GPU the search starts with the first task ready, the others joining as
+        # their preparation ends (its workers are stopped while a candidate times: evaluator.gate);
+        # otherwise every task is prepared first.
+        early = device == "cuda" and c.search_while_preparing and pipeline_depth(c.evaluator, device) > 1
+        prepared = Prepared(tasks=[], set_aside=[], kept_aside=[])
+        for piece in stream:
+            prepared.add(piece)
+            if early and prepared.tasks:
+                break
+        arrivals = TaskArrivals(stream) if early else None
         if not prepared.tasks and not resuming:  # a failed start leaves no run state
             raise TaskError(nothing_to_search(prepared.set_aside + prepared.kept_aside))
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -187,22 +199,29 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
             archive.set_meta(f"config.{resume_count}", config_yaml)
         archive.set_meta(f"code_version.{resume_count}", version)
         store_sources(archive, c.tasks)
-        for name, outcome in prepared.derived.items():  # derived or failed: not derived again by a later start
-            store_seed(archive, next(t for t in c.tasks if t.name == name), source=outcome.source,
-                       error=outcome.error)
-        for aside in prepared.set_aside:
-            archive.set_aside(aside.task, aside.stage, aside.reason, aside.source_hash)
-        for task in prepared.tasks:
-            if task.name in aside_before:
-                archive.readmit(task.name)
-        if not prepared.tasks:
-            raise TaskError(nothing_to_search(prepared.set_aside + prepared.kept_aside))
-        tasks = prepared.tasks
         events = RunEvents(run_dir, c.run.budget_evaluations, show=c.progress)
+
+        def admit(piece: Prepared) -> None:
+            """A task's preparation, recorded: its seed (derived or why not), or why it is set aside."""
+            for name, outcome in piece.derived.items():  # derived or failed: not derived again by a later start
+                store_seed(archive, next(t for t in c.tasks if t.name == name), source=outcome.source,
+                           error=outcome.error)
+            for aside in piece.set_aside:
+                archive.set_aside(aside.task, aside.stage, aside.reason, aside.source_hash)
+                events("task_set_aside", task=aside.task, stage=aside.stage, reason=aside.reason)
+            for task in piece.tasks:
+                if task.name in aside_before:
+                    archive.readmit(task.name)
+
         if overrides or notes:
             events("resumed", overrides=[o.to_dict() for o in overrides], notes=notes)
-        for aside in prepared.set_aside:
-            events("task_set_aside", task=aside.task, stage=aside.stage, reason=aside.reason)
+        admit(prepared)
+        if not prepared.tasks:
+            events.close()
+            raise TaskError(nothing_to_search(prepared.set_aside + prepared.kept_aside))
+        tasks = prepared.tasks
+        if arrivals is not None and arrivals.open:
+            console.print(f"searching {len(tasks)} tasks while the others are prepared")
         if hasattr(backend, "placement"):
             placement = backend.placement()
             events("placement", **placement)
@@ -214,7 +233,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
             controller = Controller(
                 settings=c.run, tasks=tasks, archive=archive, backend=backend, migration=c.migration,
                 events=events, resume_count=resume_count, selection=c.selection, inspiration=c.inspiration,
-                steering=c.steering, seeding=seeding)
+                steering=c.steering, seeding=seeding, arrivals=arrivals, on_arrival=admit)
             controller.run()
         except ArchiveError as exc:
             raise ArchiveError(f"{exc}; every committed change is kept: run `evo run run.dir={run_dir}` "

@@ -13,7 +13,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from rich.console import Console
 
@@ -45,6 +45,12 @@ class Prepared:
     kept_aside: list[SetAside]  # by an earlier start, the problem file unchanged
     derived: dict[str, StoredSeed] = field(default_factory=dict)  # seeds derived now (or why not), to store
 
+    def add(self, other: "Prepared") -> None:
+        self.tasks += other.tasks
+        self.set_aside += other.set_aside
+        self.kept_aside += other.kept_aside
+        self.derived.update(other.derived)
+
 
 def seedless(task: Task, tried: str) -> str:
     """The message of a task that has no seed, naming both ways out."""
@@ -61,6 +67,22 @@ def prepare_tasks(tasks: list[Task], backend, *, on_gpu: bool, compile_seeds: bo
     the tasks the run's archive already holds programs of (their seeds are in it); ``stored``: what
     an earlier start of the run derived for a task's current source (evo/seed_store.py), taken
     instead of deriving again."""
+    prepared = Prepared(tasks=[], set_aside=[], kept_aside=[])
+    for piece in prepare_stream(tasks, backend, on_gpu=on_gpu, compile_seeds=compile_seeds, llm=llm,
+                                earlier=earlier, has_programs=has_programs, console=console, stored=stored):
+        prepared.add(piece)
+    order = {t.name: i for i, t in enumerate(tasks)}  # the tasks' own order, not the order they came in
+    prepared.tasks.sort(key=lambda t: order[t.name])
+    prepared.set_aside.sort(key=lambda a: order[a.task])
+    return prepared
+
+
+def prepare_stream(tasks: list[Task], backend, *, on_gpu: bool, compile_seeds: bool, llm: bool,
+                   earlier: dict[str, dict], has_programs: set[str], console: Console,
+                   stored: Callable[[Task], StoredSeed | None] | None = None) -> Iterator[Prepared]:
+    """:func:`prepare_tasks` as it goes: first the tasks kept aside, then each task as its preparation
+    ends (the backend's ``prepare_stream``, where it has one), so that a run may search the first
+    tasks while the others are still being prepared."""
     kept, todo = [], []
     for task in tasks:
         record = earlier.get(task.name)
@@ -70,38 +92,46 @@ def prepare_tasks(tasks: list[Task], backend, *, on_gpu: bool, compile_seeds: bo
                           f"{record['reason']}", soft_wrap=True)
         else:
             todo.append(task)
+    yield Prepared(tasks=[], set_aside=[], kept_aside=kept)
     derive = {t.name for t in todo if not t.seeds and t.name not in has_programs and compile_seeds and on_gpu}
     known = {name: outcome for name in derive if stored and (outcome := stored(_named(todo, name))) is not None}
     derive -= set(known)
     if derive:
         console.print(f"deriving seeds from torch.compile for {len(derive)} tasks ...")
-    outcomes = backend.prepare([Preparation(t.name, t.source, t.name in derive) for t in todo]) if todo else {}
-    ready, aside, derived = [], [], {}
-    for task in todo:
-        outcome = outcomes[task.name]
-        check, seed = outcome["check"], outcome.get("seed")
-        if seed is not None:
-            derived[task.name] = StoredSeed(source=seed["source"] if seed.get("ok") else None,
-                                            error=None if seed.get("ok") else str(seed.get("error")),
-                                            stored_at=time.time())
-        elif task.name in known:
-            seed = {"ok": known[task.name].ok, "source": known[task.name].source,
-                    "error": known[task.name].message(task)}
-        for warning in check.get("warnings", []):
-            console.print(f"[yellow]task {task.name}: {warning}", soft_wrap=True)
-        decided = _decide(task, check, seed, has_programs=task.name in has_programs, llm=llm,
-                          tried=_tried(compile_seeds, on_gpu))
-        if isinstance(decided, SetAside):
-            aside.append(decided)
-            console.print(f"[red]{decided.line()}", soft_wrap=True)
-            continue
-        if decided is not task and decided.seeds:
-            console.print(f"task {task.name}: seed kernel derived from torch.compile's Triton kernels"
-                          + (" by an earlier start of this run" if task.name in known else ""))
-        elif not decided.seeds and task.name not in has_programs:
-            console.print(f"task {task.name}: no seed kernel; the LLM writes the first kernels")
-        ready.append(decided)
-    return Prepared(tasks=ready, set_aside=aside, kept_aside=kept, derived=derived)
+    if not todo:
+        return
+    wanted = [Preparation(t.name, t.source, t.name in derive) for t in todo]
+    outcomes = backend.prepare_stream(wanted) if hasattr(backend, "prepare_stream") else \
+        backend.prepare(wanted).items()
+    by_name = {t.name: t for t in todo}
+    for name, outcome in outcomes:
+        yield _prepared(by_name[name], outcome, known.get(name), has_programs=name in has_programs, llm=llm,
+                        tried=_tried(compile_seeds, on_gpu), console=console)
+
+
+def _prepared(task: Task, outcome: dict, known: StoredSeed | None, *, has_programs: bool, llm: bool, tried: str,
+              console: Console) -> Prepared:
+    """One task's preparation decided: searched (with its seed, if derived), or set aside."""
+    check, seed = outcome["check"], outcome.get("seed")
+    derived = {}
+    if seed is not None:
+        derived[task.name] = StoredSeed(source=seed["source"] if seed.get("ok") else None,
+                                        error=None if seed.get("ok") else str(seed.get("error")),
+                                        stored_at=time.time())
+    elif known is not None:
+        seed = {"ok": known.ok, "source": known.source, "error": known.message(task)}
+    for warning in check.get("warnings", []):
+        console.print(f"[yellow]task {task.name}: {warning}", soft_wrap=True)
+    decided = _decide(task, check, seed, has_programs=has_programs, llm=llm, tried=tried)
+    if isinstance(decided, SetAside):
+        console.print(f"[red]{decided.line()}", soft_wrap=True)
+        return Prepared(tasks=[], set_aside=[decided], kept_aside=[], derived=derived)
+    if decided is not task and decided.seeds:
+        console.print(f"task {task.name}: seed kernel derived from torch.compile's Triton kernels"
+                      + (" by an earlier start of this run" if known is not None else ""))
+    elif not decided.seeds and not has_programs:
+        console.print(f"task {task.name}: no seed kernel; the LLM writes the first kernels")
+    return Prepared(tasks=[decided], set_aside=[], kept_aside=[], derived=derived)
 
 
 def _named(tasks: list[Task], name: str) -> Task:

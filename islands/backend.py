@@ -6,8 +6,11 @@ drives both.  ``LocalBackend`` is for tests and debugging; the Ray backend
 """
 from __future__ import annotations
 
+import queue
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable
+from functools import partial
+from typing import Callable, Iterable, Iterator
 
 from evaluator import EvalResult, Evaluator, Preparation
 from islands.island import Island
@@ -60,13 +63,45 @@ class LocalBackend:
     def prepare(self, tasks: list[Preparation]) -> dict[str, dict]:
         """Every task's reference checked and its seed derived if asked, spread over the evaluators
         (each preparing several tasks at once): ``{name: {"check", "seed"}}``."""
+        return dict(self.prepare_stream(tasks))
+
+    def prepare_stream(self, tasks: list[Preparation]) -> Iterator[tuple[str, dict]]:
+        """:meth:`prepare`, each task's ``(name, outcome)`` as soon as it is known."""
         shares = [tasks[i::len(self.evaluators)] for i in range(len(self.evaluators))]
-        futures = [self._pool.submit(e.prepare, share, e.prepare_workers)
-                   for e, share in zip(self.evaluators, shares) if share]
-        return {name: outcome for f in futures for name, outcome in f.result().items()}
+        return merged([partial(e.prepare_stream, share) for e, share in zip(self.evaluators, shares) if share])
 
     def close(self) -> None:
         self._proposal_pool.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=True)
         for evaluator in self.evaluators:
             evaluator.close()
+
+
+def merged(streams: list[Callable[[], Iterable]]) -> Iterator:
+    """The items of several streams (each started by calling it, and read in a thread of its own) in
+    the order they come; an exception in one is raised here once the others have ended."""
+    items: queue.SimpleQueue = queue.SimpleQueue()
+    ended = object()
+
+    def read(stream: Callable[[], Iterable]) -> None:
+        try:
+            for item in stream():
+                items.put((True, item))
+        except BaseException as exc:  # noqa: BLE001 (raised in the reader's thread)
+            items.put((False, exc))
+        finally:
+            items.put((False, ended))
+
+    for stream in streams:
+        threading.Thread(target=read, args=(stream,), daemon=True, name="evo-prepare-stream").start()
+    left, failure = len(streams), None
+    while left:
+        ok, item = items.get()
+        if ok:
+            yield item
+        elif item is ended:
+            left -= 1
+        else:
+            failure = failure or item
+    if failure is not None:
+        raise failure

@@ -19,10 +19,12 @@ import sys
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable
+from functools import partial
+from typing import Callable, Iterator
 
 from evaluator import EvalResult, Evaluator, EvaluatorSettings, Preparation
 from evaluator.evaluator import evaluation_slots
+from islands.backend import merged
 from islands.island import Island
 from islands.ray_diagnostics import ClusterError, Waiting, gave_up, held_stderr, join_failure, private_ray_note, \
     probe, waiting_report
@@ -261,9 +263,18 @@ class RayBackend:
 
     def prepare(self, tasks: list[Preparation]) -> dict[str, dict]:
         """As :meth:`islands.backend.LocalBackend.prepare`, on the evaluator actors."""
+        return dict(self.prepare_stream(tasks))
+
+    def prepare_stream(self, tasks: list[Preparation]) -> Iterator[tuple[str, dict]]:
+        """As :meth:`islands.backend.LocalBackend.prepare_stream`: each actor's outcomes streamed
+        (a Ray generator) as its workers finish them."""
         shares = [tasks[i::len(self.evaluators)] for i in range(len(self.evaluators))]
-        refs = [e.prepare_here.remote(share) for e, share in zip(self.evaluators, shares) if share]
-        return {name: outcome for reply in self._ray.get(refs) for name, outcome in reply.items()}
+
+        def stream(evaluator, share):
+            for ref in evaluator.prepare_stream_here.remote(share):
+                yield self._ray.get(ref)
+
+        return merged([partial(stream, e, share) for e, share in zip(self.evaluators, shares) if share])
 
     def close(self) -> None:
         try:

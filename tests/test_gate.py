@@ -311,3 +311,41 @@ def test_compile_sections_announce_each_compile_and_wait_for_the_go_ahead(monkey
     for fd in (want_r, want_w, go_r, go_w):
         os.close(fd)
     assert not gate_module.compile_sections(None, lambda: None)  # no gate: Triton left as it is
+
+
+def test_preparation_streams_each_task_and_its_workers_are_gate_members_while_they_work(monkeypatch):
+    """A task prepared during a search (evo.arrivals): its outcome comes as soon as it is known, and
+    its workers are stopped while a candidate times like the pipeline's (then leave the gate)."""
+    from evaluator import Preparation
+
+    ev = Evaluator(EvaluatorSettings(device="cpu", pipeline=2), "cpu")
+    members_seen = []
+
+    def request(kind, task_name, task_source, *, worker=None, **extra):
+        members_seen.append(worker in ev.gate._members and worker not in ev.workers)
+        if task_name == "slow":
+            time.sleep(0.5)
+        return {"ok": True}
+
+    monkeypatch.setattr(ev, "_request", request)
+    try:
+        tasks = [Preparation("slow", TASK, False), Preparation("fast", TASK, False)]
+        assert [name for name, _ in ev.prepare_stream(tasks, parallel=2)] == ["fast", "slow"]
+        assert members_seen == [True, True]
+        assert ev.gate._members == ev.workers  # the preparation's workers left with it
+    finally:
+        monkeypatch.undo()
+        ev.close()
+
+
+def test_a_reference_is_checked_through_the_gate_of_a_pipeline():
+    """check_task is a gated request now (its start spared, its GPU work stopped while another times)."""
+    from evaluator import Preparation
+
+    ev = Evaluator(EvaluatorSettings(device="cpu", timeout_s=60, pipeline=2), "cpu")
+    try:
+        outcome = ev.prepare([Preparation("double", TASK, False)], parallel=1)["double"]
+        assert outcome["check"]["ok"], outcome
+        assert ev.gate._members == ev.workers and not ev.gate._compiling
+    finally:
+        ev.close()
