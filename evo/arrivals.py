@@ -11,7 +11,9 @@ archive keeps one writer.
 """
 from __future__ import annotations
 
+import math
 import threading
+from collections import Counter
 from concurrent.futures import Future
 from typing import Iterator
 
@@ -19,7 +21,12 @@ from evo.startup import Prepared
 
 
 class TaskArrivals:
-    def __init__(self, stream: Iterator[Prepared]):
+    """``stream``: the preparation's pieces still to come, one per task (``expected`` of them)."""
+
+    def __init__(self, stream: Iterator[Prepared], expected: int = 0):
+        self.expected = expected  # tasks whose preparation has not been taken yet
+        self._share: int | None = None  # children per task while tasks are still to come
+        self._started: Counter = Counter()  # children proposed per task meanwhile
         self._lock = threading.Lock()
         self._came: list[Prepared] = []
         self._ended = False
@@ -70,7 +77,26 @@ class TaskArrivals:
                 self._signal = Future()
         if failure is not None:
             raise failure
+        self.expected = max(0, self.expected - len(came))
         return came
+
+    def searchable(self, ready: set[str], tasks: int, budget_left: int, seeds_pending: bool) -> set[str]:
+        """The ready tasks a child may be proposed for now.  Once tasks are to come, each takes its share
+        of the budget left then (``tasks`` in the search and those to come) before any takes more, so
+        that a short run does not spend its budget on the first tasks prepared: the tasks under their
+        share, else none while more may come (tasks, or the seeds of those that came), else all."""
+        if self._share is None:
+            if not self.expected:
+                return ready
+            self._share = max(1, math.ceil(budget_left / (tasks + self.expected)))
+        under = {task for task in ready if self._started[task] < self._share}
+        if under:
+            return under
+        return set() if self.expected or seeds_pending else ready
+
+    def started(self, task: str) -> None:
+        """A child of ``task`` proposed (counted against its share while tasks are still to come)."""
+        self._started[task] += 1
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)

@@ -231,13 +231,16 @@ class Controller:
             cap = most if left > requests * islands else requests
             room = [i for i in range(islands) if held[i] < cap]
             seed_for = self._seed_task()  # seeds are outside the evaluation budget
+            searchable = self._ready if self.arrivals is None else \
+                self.arrivals.searchable(self._ready, len(self.tasks), left,
+                                         any(p.operator == SEED for p in self._evaluations.programs()))
             if (not room or len(self._proposals) >= most * islands or self._evaluations.queued >= backlog
-                    or (seed_for is None and (not self._ready or left <= 0))):
+                    or (seed_for is None and (not searchable or left <= 0))):
                 return
             model = None
             if self.steering is not None:
                 model = self.steering.begin(self.rng)
-                if model is None and (not self.steering.offline_operators or not self._ready or left <= 0):
+                if model is None and (not self.steering.offline_operators or not searchable or left <= 0):
                     self._llm_budget_spent()
                     return  # wait for requests in flight; the run ends when nothing is left
             # The island with the fewest proposals out, then the fewest so far: a proposal given to an
@@ -251,7 +254,9 @@ class Controller:
                 parent, task_name = None, seed_for
                 attempt = self.seeding.attempts[task_name] + self._attempts_out()[task_name]
             else:
-                task_name = next(t for t in self._task_cycle[island] if t in self._ready)
+                task_name = next(t for t in self._task_cycle[island] if t in searchable)
+                if self.arrivals is not None:
+                    self.arrivals.started(task_name)
                 parent = self.archive.sample_parent(task_name, island, self.rng, self.selection)
                 inspirations = self.archive.inspirations(task_name, parent.id, self.settings.inspirations,
                                                          self.rng, self.inspiration)

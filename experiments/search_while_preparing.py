@@ -23,14 +23,17 @@ from pathlib import Path
 
 
 def one_run(name: str, overrides: list[str], tasks: str, budget: int, out: Path, extra: list[str],
-            device: str = "cuda") -> dict:
+            device: str = "cuda", timeout_s: float | None = None) -> dict:
     run_dir = out / f"run_{name}"
     command = [sys.executable, "-m", "evo.cli", "run", f"run.dir={run_dir}", f"task.path={tasks}",
                f"run.budget.evaluations={budget}", "run.progress=false", f"evaluator.device={device}",
                *overrides, *extra]
     began = time.time()
     with open(out / f"run_{name}.log", "w") as log:
-        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+        try:
+            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            code = "timed out"
     wall = time.time() - began
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     start = next(e["t"] for e in events if e["event"] == "start")
@@ -81,6 +84,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--mode", action="append", default=[])
     parser.add_argument("--device", default="cuda", help="cpu: a smoke test of this script (the interpreter)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per run (then it is stopped)")
     args = parser.parse_args(argv)
     modes = args.mode or ["early:run.search_while_preparing=true", "barrier:run.search_while_preparing=false"]
     out = Path(args.out)
@@ -96,7 +100,7 @@ def main() -> None:
     for mode in modes:
         name, _, overrides = mode.partition(":")
         rows.append(one_run(name, [o for o in overrides.split(",") if o], args.tasks, args.budget, out, extra,
-                            args.device))
+                            args.device, args.timeout))
         (out / "search_while_preparing.json").write_text(json.dumps({"meta": meta, "runs": rows}, indent=1))
         print(json.dumps(rows[-1]), flush=True)
     (out / "search_while_preparing.md").write_text(markdown(rows, meta))
