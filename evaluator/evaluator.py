@@ -56,9 +56,10 @@ class EvaluatorSettings:
     # it, instead of after that evaluation's timing.
     prefetch_baseline: bool = True
     # Evaluations in flight per device: while one is timed (alone on the GPU: evaluator.gate), the
-    # others start and compile (host work, spared by the gate), load and are checked.  None: 2 on a
-    # GPU (KernelBench set: 15.0 against 13.1 evaluations per GPU-minute with 1, 17.2 with 3;
-    # throughput_bench.md round 5; each in flight holds its own GPU memory), 1 on the CPU.
+    # others start and compile (host work, spared by the gate), load and are checked.  None: 3 on a
+    # GPU (KernelBench set, H100: 17.2 against 15.0 with 2 and 13.1 with 1 evaluations per GPU-minute
+    # in round 5, 16.4 against 15.6 with 2 in round 7 of throughput_bench.md; each in flight holds its
+    # own GPU memory, and one that runs out beside the others is evaluated again alone), 1 on the CPU.
     pipeline: int | None = None
     # Racing: a child is first timed for race_reps repetitions against eager; one clearly slower
     # than its parent (by race_margin, beyond its noise) keeps that measurement, the others are
@@ -93,7 +94,7 @@ class EvaluatorSettings:
         if self.race_reps < 3 or not 0 <= self.race_margin < 1:
             raise ValueError("evaluator.race_reps must be >= 3 and evaluator.race_margin in [0, 1)")
         if self.pipeline is not None and self.pipeline < 1:
-            raise ValueError("evaluator.pipeline must be >= 1 (null: 2 on a GPU, 1 on the CPU)")
+            raise ValueError("evaluator.pipeline must be >= 1 (null: 3 on a GPU, 1 on the CPU)")
         if self.prepare_workers is not None and self.prepare_workers < 1:
             raise ValueError("evaluator.prepare_workers must be >= 1 (null: chosen from the CPU count)")
         if self.time_shapes not in ("largest", "all"):
@@ -116,9 +117,9 @@ class EvaluatorSettings:
 
 
 def pipeline_depth(settings: EvaluatorSettings, device: str) -> int:
-    """Evaluations in flight per device (``evaluator.pipeline``; null: 2 on a GPU, 1 on the CPU,
+    """Evaluations in flight per device (``evaluator.pipeline``; null: 3 on a GPU, 1 on the CPU,
     where the interpreter's evaluations share two cores with the engine)."""
-    return settings.pipeline or (2 if device == "cuda" else 1)
+    return settings.pipeline or (3 if device == "cuda" else 1)
 
 
 def evaluation_slots(settings: EvaluatorSettings, device: str) -> int:
