@@ -6,128 +6,17 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from contextlib import contextmanager
 from typing import Iterator
 
-from evaluator.containment import MODES
 from evaluator.gate import TimingGate
 from evaluator.preparation import Preparation, prepare_tasks
 from evaluator.result import EvalResult, Status, trim
 from evaluator.sandbox import SandboxWorker
+# The settings live in evaluator.settings; named here too, where configs and callers find them.
+from evaluator.settings import TOLERANCES, EvaluatorSettings, TimingSettings, evaluation_slots, pipeline_depth
 
-
-@dataclass(frozen=True)
-class TimingSettings:
-    warmup: int = 3
-    warmup_s: float = 0.0  # and at least this long (GPU clocks ramp up after idling)
-    reps: int = 100
-    budget_s: float = 2.0  # stop repeating once this much time went into timing
-    batch: int = 8  # GPU: pairs of calls queued between synchronisations (1: synchronise around each)
-    input_sets: int = 3  # timed calls take these many input sets (seeded apart, allocated apart) in turn
-    input_sets_mb: float = 256.0  # at most this much for the extra sets (beyond it: 2 sets)
-
-
-# Tolerances where a task sets no ATOL/RTOL: ``strict`` keeps evaluator.compare's per-dtype defaults
-# (fp32 1e-4, as KernelBench's current harness); ``kernelbench`` is atol = rtol = 1e-2 for every dtype,
-# as in the KernelBench paper's published fast_p figures (versions 0 and 0.1).
-TOLERANCES = {"strict": None, "kernelbench": 1e-2}
-
-
-@dataclass(frozen=True)
-class EvaluatorSettings:
-    """How candidates are checked and timed (``conf/evaluator/*.yaml``)."""
-
-    device: str = "auto"  # auto | cpu | cuda
-    seeds: tuple[int, ...] = (0, 1)
-    timeout_s: float = 120.0
-    cpu_max_numel: int = 1 << 16  # on the CPU, larger shape sets are skipped
-    timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup_s=0.2))
-    cpu_timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup=1, reps=3, budget_s=1.0))
-    workers: int | None = None  # None: one per GPU, or one on the CPU
-    cache_dir: str | None = None
-    noise_floor: float = 0.01  # speedups closer than this (relative) are not told apart
-    roofline_limit: float = 1.2  # beyond this fraction of the roofline a result is re-verified
-    roofline_peaks: dict | None = None  # {bytes_per_s, flops_per_s}; None: measured on each GPU
-    compile_baseline: bool | None = None  # time torch.compile of the reference; None: on GPUs only
-    compile_backend: str = "inductor"
-    compile_mode: str | None = None
-    compile_timing: str = "cached"  # cached: a ratio per task and device | live: timed interleaved with each candidate
-    # The task's torch.compile baseline (cached) measured from its first evaluation's request, beside
-    # it, instead of after that evaluation's timing.
-    prefetch_baseline: bool = True
-    # Evaluations in flight per device: while one is timed (alone on the GPU: evaluator.gate), the
-    # others start and compile (host work, spared by the gate), load and are checked.  None: 3 on a
-    # GPU (KernelBench set, H100: 17.2 against 15.0 with 2 and 13.1 with 1 evaluations per GPU-minute
-    # in round 5, 16.4 against 15.6 with 2 in round 7 of throughput_bench.md; each in flight holds its
-    # own GPU memory, and one that runs out beside the others is evaluated again alone), 1 on the CPU.
-    pipeline: int | None = None
-    # Racing: a child is first timed for race_reps repetitions against eager; one clearly slower
-    # than its parent (by race_margin, beyond its noise) keeps that measurement, the others are
-    # timed in full.  What each got is in its result (extra.timing_round).
-    race: bool = True
-    race_reps: int = 10
-    race_margin: float = 0.1
-    time_shapes: str = "largest"  # largest | all: time every shape set too (per-shape speedups, for export buckets)
-    memory_limit_mb: int = 32768  # host memory (RSS) of one evaluation; its process group is killed beyond
-    gpu_memory_fraction: float = 0.9  # of the GPU, for one evaluation's allocations
-    isolate_network: bool = True  # a private network namespace for candidates, where the OS allows
-    containment: str = "auto"  # auto: namespaces where the OS allows, else Landlock | landlock | off
-    prepare_workers: int | None = None  # sandbox workers per device checking references and deriving seeds
-    tolerance: str = "strict"  # strict: per-dtype defaults (fp32 1e-4) | kernelbench: atol = rtol = 1e-2
-    # The timed calls held to the checks' rules (evaluator.timed_checks): outputs checked, a sample
-    # guarded, and on a GPU this share of one profiled batch's device time in the candidate's own kernels.
-    verify_timed: bool = True
-    timed_samples: int = 3  # timed calls guarded, besides the first and one after the last
-    triton_share_min: float = 0.9
-
-    def __post_init__(self):
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"evaluator.device must be auto, cpu or cuda, not {self.device!r}")
-        if not self.seeds:
-            raise ValueError("evaluator.seeds needs at least one seed")
-        if self.compile_timing not in ("live", "cached"):
-            raise ValueError(f"evaluator.compile_timing must be live or cached, not {self.compile_timing!r}")
-        if self.containment not in MODES:
-            raise ValueError(f"evaluator.containment must be one of {', '.join(MODES)}, not {self.containment!r}")
-        if self.tolerance not in TOLERANCES:
-            raise ValueError(f"evaluator.tolerance must be one of {', '.join(TOLERANCES)}, not {self.tolerance!r}")
-        if self.race_reps < 3 or not 0 <= self.race_margin < 1:
-            raise ValueError("evaluator.race_reps must be >= 3 and evaluator.race_margin in [0, 1)")
-        if self.pipeline is not None and self.pipeline < 1:
-            raise ValueError("evaluator.pipeline must be >= 1 (null: 3 on a GPU, 1 on the CPU)")
-        if self.prepare_workers is not None and self.prepare_workers < 1:
-            raise ValueError("evaluator.prepare_workers must be >= 1 (null: chosen from the CPU count)")
-        if self.time_shapes not in ("largest", "all"):
-            raise ValueError(f"evaluator.time_shapes must be largest or all, not {self.time_shapes!r}")
-        if self.timeout_s <= 0:
-            raise ValueError("evaluator.timeout_s must be positive")
-        if self.roofline_peaks is not None:
-            peaks = dict(self.roofline_peaks)
-            if set(peaks) != {"bytes_per_s", "flops_per_s"} or min(float(v) for v in peaks.values()) <= 0:
-                raise ValueError("evaluator.roofline_peaks needs positive bytes_per_s and flops_per_s, or null")
-            object.__setattr__(self, "roofline_peaks", {k: float(v) for k, v in peaks.items()})
-        if self.roofline_limit <= 0 or self.noise_floor < 0:
-            raise ValueError("evaluator.roofline_limit must be positive and evaluator.noise_floor >= 0")
-        if not 0 <= self.triton_share_min <= 1 or self.timed_samples < 0:
-            raise ValueError("evaluator.triton_share_min must be in [0, 1] and timed_samples >= 0")
-        if self.timing.input_sets < 1 or self.cpu_timing.input_sets < 1:
-            raise ValueError("evaluator.timing.input_sets must be >= 1")
-        if not 0 < self.gpu_memory_fraction <= 1 or self.memory_limit_mb <= 0:
-            raise ValueError("evaluator.gpu_memory_fraction must be in (0, 1] and memory_limit_mb positive")
-
-
-def pipeline_depth(settings: EvaluatorSettings, device: str) -> int:
-    """Evaluations in flight per device (``evaluator.pipeline``; null: 3 on a GPU, 1 on the CPU,
-    where the interpreter's evaluations share two cores with the engine)."""
-    return settings.pipeline or (3 if device == "cuda" else 1)
-
-
-def evaluation_slots(settings: EvaluatorSettings, device: str) -> int:
-    """Evaluations to keep asked of one device: its pipeline and, with one, one more waiting for a
-    worker, so that a worker set free starts the next at once and an evaluation waiting for its task's
-    torch.compile baseline (measured by another) holds no worker."""
-    depth = pipeline_depth(settings, device)
-    return depth + 1 if depth > 1 else 1
+__all__ = ["TOLERANCES", "Evaluator", "EvaluatorSettings", "TimingSettings", "evaluation_slots", "pipeline_depth"]
 
 
 class Evaluator:
@@ -151,6 +40,7 @@ class Evaluator:
             worker.gate = self.gate
             self.gate.join(worker)
         self._idle: queue.SimpleQueue[SandboxWorker] = queue.SimpleQueue()
+        self._draining = threading.Lock()  # held to take a worker, and to take them all (_device_to_itself)
         for worker in self.workers:
             self._idle.put(worker)
         self._baselines: dict[str, dict] = {}  # (compiler settings, task source) hash -> the baseline's ratio
@@ -277,7 +167,9 @@ class Evaluator:
             if self.settings.race and race_bar else None
         if self.settings.prefetch_baseline:
             self._prefetch_baseline(task_name, task_source)
-        worker, baseline_s, entry = self._idle.get(), 0.0, None
+        with self._draining:
+            worker = self._idle.get()
+        baseline_s, entry = 0.0, None
         began = time.monotonic()  # waiting for a worker (the slot beyond the pipeline) is queued_s
         try:
             peaks = {"roofline_peaks": self._roofline_peaks(worker)}
@@ -356,7 +248,8 @@ class Evaluator:
             end: object = done
             try:
                 prepare_tasks(request, tasks, parallel or self.prepare_workers, make_worker,
-                              on_outcome=lambda name, outcome: outcomes.put((name, outcome)))
+                              on_outcome=lambda name, outcome: outcomes.put((name, outcome)),
+                              alone=self._device_to_itself)
             except BaseException as exc:  # noqa: BLE001 (raised again in the caller's thread)
                 end = exc
             finally:
@@ -371,6 +264,20 @@ class Evaluator:
             if isinstance(item, BaseException):
                 raise item
             yield item
+
+    @contextmanager
+    def _device_to_itself(self):
+        """Every evaluation of this device finished and none started, nor a baseline, until the block
+        ends (a task that ran out of GPU memory beside a search, prepared again: a stopped
+        evaluation would still hold its memory)."""
+        with self._draining:  # evaluations not yet started wait here
+            held = [self._idle.get() for _ in self.workers]
+        try:
+            with self._baseline_worker_lock:
+                yield
+        finally:
+            for worker in held:
+                self._idle.put(worker)
 
     def prepare_here(self, tasks: list[Preparation]) -> dict[str, dict]:
         """:meth:`prepare` with this host's number of workers (what a Ray actor is asked)."""

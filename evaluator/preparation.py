@@ -9,6 +9,7 @@ by itself is not lost to the crowd.
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from dataclasses import dataclass
@@ -30,12 +31,15 @@ def _out_of_memory(reply: dict) -> bool:
 
 
 def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker,
-                  on_outcome=None) -> dict[str, dict]:
+                  on_outcome=None, alone=None) -> dict[str, dict]:
     """``{name: {"check": reply, "seed": reply | None}}`` for ``tasks``.
 
     ``request(worker, kind, name, source)`` sends one request to a :class:`SandboxWorker`;
     ``make_worker()`` starts one.  Workers beyond the first are closed at the end.
     ``on_outcome(name, outcome)`` is told each task's final outcome as soon as it is known.
+    ``alone()``: a context manager under which nothing else runs on the device (the evaluator's
+    pipeline drained: tasks prepared while a search goes on); a task that ran out of GPU memory is
+    prepared again under it, as it is, without it, when it ran beside other preparations.
     """
     tell = on_outcome or (lambda name, outcome: None)
     results: dict[str, dict] = {}
@@ -58,10 +62,11 @@ def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker,
             outcome = prepare(worker, task)
             with lock:
                 results[task.name] = outcome
-            if not (count > 1 and _failed_for_memory(outcome)):  # else: again, alone
+            if not (again and _failed_for_memory(outcome)):  # else: again, alone
                 tell(task.name, outcome)
 
     count = max(1, min(parallel, len(tasks)))
+    again = count > 1 or alone is not None  # a task out of memory in company is prepared again
     workers = [make_worker() for _ in range(count)]
     try:
         threads = [threading.Thread(target=drain, args=(w,), daemon=True) for w in workers]
@@ -69,13 +74,14 @@ def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker,
             thread.start()
         for thread in threads:
             thread.join()
-        if count > 1:  # what failed for memory in company is tried again alone
+        if again:  # what failed for memory in company is tried again alone
             for task in tasks:
                 if _failed_for_memory(results[task.name]):
                     for extra in workers[1:]:
                         extra.close()
                     del workers[1:]
-                    results[task.name] = prepare(workers[0], task)
+                    with alone() if alone is not None else contextlib.nullcontext():
+                        results[task.name] = prepare(workers[0], task)
                     tell(task.name, results[task.name])
     finally:
         for worker in workers[1:]:

@@ -349,3 +349,34 @@ def test_a_reference_is_checked_through_the_gate_of_a_pipeline():
         assert ev.gate._members == ev.workers and not ev.gate._compiling
     finally:
         ev.close()
+
+
+def test_a_task_out_of_memory_beside_a_search_is_prepared_again_with_the_device_to_itself(monkeypatch):
+    """Prepared while evaluations run, a task that ran out of GPU memory is checked again once every
+    evaluation in flight has ended and before any other starts (a stopped one would keep its memory)."""
+    from evaluator import Preparation
+
+    ev = Evaluator(EvaluatorSettings(device="cpu", pipeline=2), "cpu")
+    idle_when_checked = []
+
+    def request(kind, task_name, task_source, *, worker=None, **extra):
+        idle_when_checked.append(ev._idle.qsize())
+        if len(idle_when_checked) == 1:
+            return {"ok": False, "stage": "memory", "error": "CUDA out of memory beside the others"}
+        return {"ok": True}
+
+    monkeypatch.setattr(ev, "_request", request)
+    try:
+        in_flight = ev._idle.get()  # an evaluation under way
+        outcome = {}
+        preparing = threading.Thread(target=lambda: outcome.update(ev.prepare([Preparation("big", TASK, False)])))
+        preparing.start()
+        time.sleep(0.5)
+        assert idle_when_checked == [1]  # checked once beside it; again only once it is over
+        ev._idle.put(in_flight)
+        preparing.join(10)
+        assert idle_when_checked == [1, 0] and outcome["big"]["check"]["ok"]
+        assert ev._idle.qsize() == 2  # the pipeline's workers back
+    finally:
+        monkeypatch.undo()
+        ev.close()
