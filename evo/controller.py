@@ -36,7 +36,7 @@ from evo.seeding import ATTEMPTS_META, Seeding
 from evo.selection import Selection, Uniform
 from evo.startup import Prepared
 from evo.task import Task
-from islands.migration import MigrationSettings, round_rng
+from islands.migration import MigrationSettings, migration_round
 from islands.stagnation import RESEEDS_META, Stagnation
 from operators.base import Context, Proposal
 from operators.meta_prompt import STATE_KEY as PROMPTS_STATE  # the fragments and their scores, with the RNG
@@ -412,22 +412,10 @@ class Controller:
         self.archive.record_stats(list(self.tasks), self.backend.island_count, self.children_done)
 
     def _migrate(self) -> None:
-        # The round's draws depend on the run seed and its ordinal only, so a resume draws the same.
-        topology = self.migration.topology
-        pairs = topology.pairs(self.backend.island_count, round_rng(self.settings.seed, self.children_done))
-        moved = sum(self.archive.migrate(task, pairs, self.migration.migrants, move=self.migration.mode == "move")
-                    for task in sorted(self._ready))
-        self.events("migrated", moved=moved, topology=topology.name, mode=self.migration.mode, pairs=pairs,
-                    ordinal=self.children_done)
+        self.events("migrated", **migration_round(self.archive, self.migration, self.backend.island_count,
+                                                  self.settings.seed, self.children_done, sorted(self._ready)))
 
     def _reseed(self, task: str, island: int) -> None:
-        """Replace a stagnant island's elites of ``task`` with the other islands' best ones."""
-        others = [self.archive.qd_figures(task, i)["best_speedup"] for i in range(self.backend.island_count)
-                  if i != island]
-        if not any(best is not None for best in others):
-            return  # nothing to reseed from yet; tried again after the island's next evaluation
-        stagnant_for = self.stagnation.evaluations_since_best(task, island)
-        meta = self.stagnation.reseed_meta(task, island, max(best for best in others if best is not None))
-        elites = self.archive.reseed(task, island, meta)  # one transaction, with the record of it in meta
-        self.stagnation.reseeded(task, island, meta)
-        self.events("reseeded", task=task, island=island, elites=elites, stagnant_for=stagnant_for)
+        done = self.stagnation.reseed(self.archive, task, island, self.backend.island_count)
+        if done is not None:
+            self.events("reseeded", task=task, island=island, **done)

@@ -87,3 +87,13 @@ class MigrationSettings:
         if self.interval == 0:
             return False
         return evaluations_after // self.interval > evaluations_before // self.interval
+
+
+def migration_round(archive, migration: MigrationSettings, islands: int, seed: int, ordinal: int,
+                    tasks: list[str]) -> dict:
+    """One migration round over ``tasks`` in ``archive`` (an ``archive.Archive``): what the run's events
+    record of it.  Its draws depend on the run seed and the round's ordinal only, so a resume draws the same."""
+    pairs = migration.topology.pairs(islands, round_rng(seed, ordinal))
+    moved = sum(archive.migrate(task, pairs, migration.migrants, move=migration.mode == "move") for task in tasks)
+    return {"moved": moved, "topology": migration.topology.name, "mode": migration.mode, "pairs": pairs,
+            "ordinal": ordinal}

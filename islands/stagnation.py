@@ -90,3 +90,17 @@ class Stagnation:
     def evaluations_since_best(self, task: str, island: int) -> int:
         state = self._islands.get((task, island))
         return 0 if state is None else state.evaluations - state.since
+
+    def reseed(self, archive, task: str, island: int, islands: int) -> dict | None:
+        """Replace the stagnant ``island``'s elites of ``task`` in ``archive`` (an ``archive.Archive``)
+        with the other islands' best ones, in one transaction with the record of it: what the run's
+        events record, or None when no other island has an elite yet (tried again after the island's
+        next evaluation)."""
+        others = [archive.qd_figures(task, i)["best_speedup"] for i in range(islands) if i != island]
+        if not any(best is not None for best in others):
+            return None
+        stagnant_for = self.evaluations_since_best(task, island)
+        meta = self.reseed_meta(task, island, max(best for best in others if best is not None))
+        elites = archive.reseed(task, island, meta)
+        self.reseeded(task, island, meta)
+        return {"elites": elites, "stagnant_for": stagnant_for}
