@@ -33,12 +33,9 @@ class Evaluator:
         self.depth = pipeline_depth(settings, device)
         self.slots = evaluation_slots(settings, device)  # callers of evaluate at once (islands.backend)
         self._cuda_index, self._scratch_root = cuda_index, scratch_root
+        self.gate = TimingGate() if self.depth > 1 else None
         self.workers = [self._new_worker() for _ in range(self.depth)]
         self.worker = self.workers[0]  # checks and seeds at start-up
-        self.gate = TimingGate() if self.depth > 1 else None
-        for worker in self.workers if self.gate else []:
-            worker.gate = self.gate
-            self.gate.join(worker)
         self._idle: queue.SimpleQueue[SandboxWorker] = queue.SimpleQueue()
         self._draining = threading.Lock()  # held to take a worker, and to take them all (_device_to_itself)
         for worker in self.workers:
@@ -54,9 +51,14 @@ class Evaluator:
         self._peaks_failures = 0  # out of memory beside other evaluations, say: tried again, three times
 
     def _new_worker(self) -> SandboxWorker:
-        """A sandbox worker on this evaluator's device (started at its first request)."""
-        return SandboxWorker(device=self.device, cuda_index=self._cuda_index, scratch_root=self._scratch_root,
-                             cache_dir=self.settings.cache_dir)
+        """A sandbox worker on this evaluator's device (started at its first request), a member of the
+        timing gate if there is one: stopped while another evaluation times, like every worker here."""
+        worker = SandboxWorker(device=self.device, cuda_index=self._cuda_index, scratch_root=self._scratch_root,
+                               cache_dir=self.settings.cache_dir)
+        if self.gate:
+            worker.gate = self.gate
+            self.gate.join(worker)
+        return worker
 
     def _request(self, kind: str, task_name: str, task_source: str, *, worker: SandboxWorker | None = None,
                  **extra) -> dict:
@@ -109,7 +111,7 @@ class Evaluator:
         with lock:
             if key not in self._baselines:
                 with self._baseline_worker_lock:  # one baseline at a time: each times alone anyway
-                    worker = self._baseline_worker or self._start_baseline_worker()
+                    self._baseline_worker = worker = self._baseline_worker or self._new_worker()
                     reply = self._request("compile_baseline", task_name, task_source, worker=worker)
                     if self.gate and reply.get("out_of_memory"):  # beside other evaluations: again, alone
                         reply = self._request("compile_baseline", task_name, task_source, worker=worker,
@@ -137,14 +139,6 @@ class Evaluator:
             self._baseline_started.add(key)
         threading.Thread(target=self._cached_baseline, args=(task_name, task_source), daemon=True,
                          name=f"baseline-{task_name}").start()
-
-    def _start_baseline_worker(self) -> SandboxWorker:
-        worker = self._new_worker()
-        if self.gate:  # stopped while an evaluation times, like the pipeline's workers
-            worker.gate = self.gate
-            self.gate.join(worker)
-        self._baseline_worker = worker
-        return worker
 
     def _roofline_peaks(self, worker: SandboxWorker) -> dict | None:
         """Configured peaks, else this GPU's, measured once by a request of its own on ``worker``."""
@@ -234,12 +228,8 @@ class Evaluator:
         done = object()
 
         def make_worker() -> SandboxWorker:
-            worker = self._new_worker()
-            if self.gate:
-                worker.gate = self.gate
-                self.gate.join(worker)
-            made.append(worker)
-            return worker
+            made.append(self._new_worker())
+            return made[-1]
 
         def request(worker: SandboxWorker, kind: str, name: str, source: str) -> dict:
             return self._request(kind, name, source, worker=worker)
@@ -278,14 +268,6 @@ class Evaluator:
         finally:
             for worker in held:
                 self._idle.put(worker)
-
-    def prepare_here(self, tasks: list[Preparation]) -> dict[str, dict]:
-        """:meth:`prepare` with this host's number of workers (what a Ray actor is asked)."""
-        return self.prepare(tasks, self.prepare_workers)
-
-    def prepare_stream_here(self, tasks: list[Preparation]) -> Iterator[tuple[str, dict]]:
-        """:meth:`prepare_stream` with this host's number of workers (a Ray actor's streaming generator)."""
-        yield from self.prepare_stream(tasks)
 
     def close(self) -> None:
         for worker in [*self.workers, *([self._baseline_worker] if self._baseline_worker else [])]:

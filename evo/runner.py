@@ -174,13 +174,12 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
         # their preparation ends (its workers are stopped while a candidate times: evaluator.gate);
         # otherwise every task is prepared first.
         early = device == "cuda" and c.search_while_preparing and pipeline_depth(c.evaluator, device) > 1
-        prepared, pieces = Prepared(tasks=[], set_aside=[], kept_aside=[]), 0
-        for piece in stream:  # the first piece: the tasks kept aside; then one per task prepared
+        prepared = Prepared(tasks=[], set_aside=[], kept_aside=[])
+        for piece in stream:
             prepared.add(piece)
-            pieces += 1
             if early and prepared.tasks:
                 break
-        to_come = len(c.tasks) - len(prepared.kept_aside) - (pieces - 1)
+        to_come = len(c.tasks) - len(prepared.tasks) - len(prepared.set_aside) - len(prepared.kept_aside)
         arrivals = TaskArrivals(stream, expected=to_come) if early else None
         if not prepared.tasks and not resuming:  # a failed start leaves no run state
             raise TaskError(nothing_to_search(prepared.set_aside + prepared.kept_aside))

@@ -271,7 +271,7 @@ class RayBackend:
         shares = [tasks[i::len(self.evaluators)] for i in range(len(self.evaluators))]
 
         def stream(evaluator, share):
-            for ref in evaluator.prepare_stream_here.remote(share):
+            for ref in evaluator.prepare_stream.remote(share):  # a generator: streamed by Ray
                 yield self._ray.get(ref)
 
         return merged([partial(stream, e, share) for e, share in zip(self.evaluators, shares) if share])
