@@ -33,6 +33,13 @@ CHILD_COUNTS = (select(LINEAGE.c.parent_id, func.count()).where(
     .group_by(LINEAGE.c.parent_id))
 UPDATE_META = update(META).where(META.c.key == bindparam("k")).values(value=bindparam("v"))
 SET_CELL_KEY = update(PROGRAMS).where(PROGRAMS.c.id == bindparam("pid")).values(cell_key=bindparam("k"))
+# A result that came back before its task's torch.compile baseline was measured (evaluator late_baseline):
+# compiled_ms = eager_ms(its own run) * compiled/eager, as for the results after it.
+FILL_COMPILED = update(EVALUATIONS).where(
+    EVALUATIONS.c.program_id.in_(bindparam("ids", expanding=True)), EVALUATIONS.c.compiled_runtime_ms.is_(None),
+    EVALUATIONS.c.runtime_ms > 0, EVALUATIONS.c.ref_runtime_ms > 0).values(
+    compiled_runtime_ms=bindparam("ratio") * EVALUATIONS.c.ref_runtime_ms,
+    speedup_vs_compiled=bindparam("ratio") * EVALUATIONS.c.ref_runtime_ms / EVALUATIONS.c.runtime_ms)
 FIND_HASH = select(PROGRAMS.c.id).where(PROGRAMS.c.task == bindparam("t"),
                                         PROGRAMS.c.source_hash == bindparam("h")).limit(1)
 

@@ -239,6 +239,15 @@ class Archive(Exchange, Statistics):
             return self._place(c, program.task, program.island, program.id, key, result.speedup,
                                noise=result.speedup_noise or 0.0)
 
+    def fill_compiled_baseline(self, program_ids: list[int], ratio: float) -> int:
+        """The torch.compile baseline of results recorded before their task's was measured
+        (``compiled_runtime_ms``, ``speedup_vs_compiled``), from its compiled/eager ``ratio``; rows
+        that have one keep it.  Returns the rows filled."""
+        if not program_ids:
+            return 0
+        with self._write() as c:
+            return c.execute(sql.FILL_COMPILED, dict(ids=list(program_ids), ratio=float(ratio))).rowcount
+
     def _place(self, c, task: str, island: int, program_id: int, key: str, fitness: float,
                noise: float = 0.0) -> Insert:
         current = self._cell(c, task, island, key)

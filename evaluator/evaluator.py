@@ -43,6 +43,8 @@ class Evaluator:
         self._baselines: dict[str, dict] = {}  # (compiler settings, task source) hash -> the baseline's ratio
         self._baseline_locks: dict[str, threading.Lock] = {}
         self._baseline_started: set[str] = set()  # keys whose measurement has begun (prefetch_baseline)
+        self._baseline_tasks: dict[str, str] = {}  # key -> the task it was asked for (settled_baselines)
+        self._baseline_done: dict[str, threading.Event] = {}  # key -> set once its entry is in _baselines
         self._locks_lock = threading.Lock()
         self._baseline_worker: SandboxWorker | None = None  # measures the baselines, beside the pipeline
         self._baseline_worker_lock = threading.Lock()
@@ -108,18 +110,28 @@ class Evaluator:
             return None
         with self._locks_lock:
             lock = self._baseline_locks.setdefault(key, threading.Lock())
+            done = self._asked_baseline(key, task_name)
         with lock:
             if key not in self._baselines:
-                with self._baseline_worker_lock:  # one baseline at a time: each times alone anyway
-                    self._baseline_worker = worker = self._baseline_worker or self._new_worker()
-                    reply = self._request("compile_baseline", task_name, task_source, worker=worker)
-                    if self.gate and reply.get("out_of_memory"):  # beside other evaluations: again, alone
-                        reply = self._request("compile_baseline", task_name, task_source, worker=worker,
-                                              exclusive=True)
+                try:
+                    with self._baseline_worker_lock:  # one baseline at a time: each times alone anyway
+                        self._baseline_worker = worker = self._baseline_worker or self._new_worker()
+                        reply = self._request("compile_baseline", task_name, task_source, worker=worker)
+                        if self.gate and reply.get("out_of_memory"):  # beside other evaluations: again, alone
+                            reply = self._request("compile_baseline", task_name, task_source, worker=worker,
+                                                  exclusive=True)
+                except Exception as exc:  # noqa: BLE001 (a worker closed under it, say): known, not awaited
+                    reply = {"error": f"the torch.compile baseline was not measured: {type(exc).__name__}: {exc}"}
                 if "ratio" not in reply:
                     reply = {"error": reply.get("error") or "the torch.compile baseline gave no ratio"}
                 self._baselines[key] = reply
+                done.set()
             return self._baselines[key]
+
+    def _asked_baseline(self, key: str, task_name: str) -> threading.Event:
+        """Note that the task's baseline is asked (under ``_locks_lock``): the event set once it is known."""
+        self._baseline_tasks.setdefault(key, task_name)
+        return self._baseline_done.setdefault(key, threading.Event())
 
     def _baseline_key(self, task_source: str) -> str | None:
         """The cache key of a task's torch.compile baseline (``compile_timing=cached``), else None."""
@@ -137,6 +149,7 @@ class Evaluator:
             if key is None or key in self._baseline_started:
                 return
             self._baseline_started.add(key)
+            self._asked_baseline(key, task_name)
         threading.Thread(target=self._cached_baseline, args=(task_name, task_source), daemon=True,
                          name=f"baseline-{task_name}").start()
 
@@ -153,9 +166,14 @@ class Evaluator:
             return self._peaks or None
 
     def evaluate(self, task_name: str, task_source: str, candidate_source: str,
-                 race_bar: float | None = None) -> EvalResult:
+                 race_bar: float | None = None, late_baseline: bool = False) -> EvalResult:
         """Score one candidate; ``race_bar`` (its parent's speedup) lets a clearly slower child keep
-        a short timing round (``evaluator.race``)."""
+        a short timing round (``evaluator.race``).  With ``late_baseline`` (a search) the result does
+        not wait for its task's torch.compile baseline while that is still measured: its extra says
+        ``compile_baseline: "pending"`` and the task's later results carry ``compile_baseline_ratio``
+        (or :meth:`settled_baselines` gives it) to fill it in, since ``speedup_vs_compiled`` is a
+        figure to report, not the search's fitness.  Waiting held the caller's slot: a task's first
+        results, and the search behind them, waited 5-16 s for a compile on KernelBench problems."""
         asked = time.monotonic()
         race = {"bar": race_bar, "reps": self.settings.race_reps, "margin": self.settings.race_margin} \
             if self.settings.race and race_bar else None
@@ -174,9 +192,15 @@ class Evaluator:
                                       candidate_source=candidate_source, race=race, exclusive=True, **peaks)
         finally:
             self._idle.put(worker)
+        pending = False
         if reply.get("ref_runtime_ms"):  # timed: its task's torch.compile baseline, measured if first
             measured = time.monotonic()
-            entry = self._cached_baseline(task_name, task_source)
+            key = self._baseline_key(task_source) if late_baseline else None
+            if key is not None and key not in self._baselines:
+                self._prefetch_baseline(task_name, task_source)  # under way, or started now
+                pending = key not in self._baselines  # it may have just ended
+            if not pending:
+                entry = self._cached_baseline(task_name, task_source)
             baseline_s = time.monotonic() - measured
         if "sandbox" in reply:
             status = Status.TIMEOUT if reply["sandbox"] == "timeout" else Status.CRASHED
@@ -186,6 +210,10 @@ class Evaluator:
         else:
             result = EvalResult.from_dict(reply)
             _apply_baseline(result, entry)
+            if pending:
+                result.extra["compile_baseline"] = "pending"
+            elif entry and "ratio" in entry and late_baseline:
+                result.extra["compile_baseline_ratio"] = entry["ratio"]  # for the task's results before it
         # The harness times its own phases; what it cannot see (starting the child, the request and
         # the reply, a worker started again) is the host's share.
         phases = result.extra.setdefault("phases", {})
@@ -197,6 +225,19 @@ class Evaluator:
         if began - asked > 0.01:
             phases["queued_s"] = began - asked
         return result
+
+    def settled_baselines(self, timeout_s: float = 600.0) -> dict[str, dict]:
+        """Every task's torch.compile baseline asked of this evaluator, ``{task name: {"ratio"} or
+        {"error"}}``, once those still measured have ended (at most ``timeout_s``): for the results
+        that came back before theirs (``late_baseline``)."""
+        deadline = time.monotonic() + timeout_s
+        with self._locks_lock:
+            asked = [(key, task_name, self._baseline_done[key]) for key, task_name in self._baseline_tasks.items()]
+        settled = {}
+        for key, task_name, done in asked:
+            if done.wait(max(0.0, deadline - time.monotonic())):
+                settled[task_name] = self._baselines[key]
+        return settled
 
     def check_task(self, task_name: str, task_source: str) -> dict:
         """Run the task's reference alone: ``{"ok": bool, "error"?, "stage"?, "warnings"?, "memory"?}``."""

@@ -28,6 +28,7 @@ from evo.arrivals import TaskArrivals
 from evo.feedback import Feedback
 from evo.inspiration import BestThenRandom, Inspiration
 from evo.kernel_source import normalized_hash
+from evo.late_baselines import LateBaselines
 from evo.pacing import Pacing
 from evo.program import SEED, SEED_OPERATORS, Program
 from evo.run_settings import RunSettings
@@ -96,6 +97,7 @@ class Controller:
         self._evaluations = EvaluationQueue(backend.evaluator_count, self._pacing)  # when and where
         self._sequence = 0  # proposals started in this run, resumes included (restored in _start)
         self.stagnation = Stagnation(0)  # islands without a new best, when reseeding is on (built in _start)
+        self.late_baselines = LateBaselines(archive, len(getattr(backend, "evaluators", ())))
 
     # -- bookkeeping ---------------------------------------------------------
     def _committed(self) -> int:
@@ -198,12 +200,14 @@ class Controller:
             if self.failed_in_a_row >= self.settings.max_failed_proposals and not stalled:
                 stalled = True
                 self.events("stalled", failed=self.failed_in_a_row)
+        self.late_baselines.settle(self.backend)  # results back before their task's torch.compile baseline
         self._record_stats()
         # What the last evaluations taught after their commits (fragment scores, the draws they
         # made) is saved with the rest, for a run resumed with a larger budget.
         for key, value in self._rng_meta().items():
             self.archive.set_meta(key, value)
-        self.events("done", children_done=self.children_done)
+        self.events("done", children_done=self.children_done, compiled_baseline_late=self.late_baselines.late,
+                    compiled_baseline_filled=self.late_baselines.filled)
 
     def _submit(self, worker: int, program: Program) -> Future:
         task = self.tasks[program.task]
@@ -357,6 +361,7 @@ class Controller:
                                                               f"times, last: {type(exc).__name__}: {exc}")
         self._evaluations.recorded(program)
         insert = self.archive.record_evaluation(program, result, meta=self._rng_meta())
+        self.late_baselines.recorded(program, worker, result)
         if result.device and not self.hardware:
             self.hardware = result.device
         if insert is not Insert.NOT_ADDED:

@@ -73,22 +73,26 @@ class UtilisationSampler:
         return statistics.mean(self.samples) / 100 if self.samples else None
 
 
-def parse_mode(text: str) -> tuple[str, EvaluatorSettings]:
+def parse_mode(text: str) -> tuple[str, EvaluatorSettings, bool]:
+    """``NAME:key=value,...`` -> the name, the settings and ``late_baseline`` (default true, as in a
+    search: a result does not wait for its task's torch.compile baseline)."""
     name, _, assignments = text.partition(":")
-    settings = EvaluatorSettings(device=DEVICE, timeout_s=600)
+    settings, late = EvaluatorSettings(device=DEVICE, timeout_s=600), True
     nested: dict[str, dict] = {"timing": {}, "cpu_timing": {}}
     for item in filter(None, assignments.split(",")):
         key, _, value = item.partition("=")
         value = json.loads(value) if value[:1] in "0123456789[{-" or value in ("true", "false", "null") else value
         group, _, field = key.partition(".")
-        if field:
+        if key == "late_baseline":
+            late = bool(value)
+        elif field:
             nested[group][field] = value
         else:
             settings = dataclasses.replace(settings, **{key: value})
     for group, fields in nested.items():
         if fields:
             settings = dataclasses.replace(settings, **{group: dataclasses.replace(getattr(settings, group), **fields)})
-    return name, settings
+    return name, settings, late
 
 
 def load_seeds(paths: list[str]) -> dict[str, str]:
@@ -123,9 +127,11 @@ def candidates(problems: list[Path], seeds: dict[str, str], variants: int) -> li
     return [own[i] for i in range(longest) for own in per_problem if i < len(own)]  # round robin
 
 
-def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, save, blocks: bool = False) -> None:
+def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, save, blocks: bool = False,
+             late_baseline: bool = True) -> None:
     """Score ``work`` in order with as many evaluations in flight as the evaluator's pipeline; with
-    ``blocks``, one problem after another, each problem's block timed on its own (``record["blocks"]``)."""
+    ``blocks``, one problem after another, each problem's block timed on its own (``record["blocks"]``).
+    ``late_baseline``: as ``evo run``, results do not wait for their task's torch.compile baseline."""
     evaluator = Evaluator(settings, DEVICE, 0 if DEVICE == "cuda" else None)
     for worker in evaluator.workers:  # import torch before the clock starts, as a run's warm workers
         worker.start()
@@ -142,7 +148,7 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
                 task, task_source, source = pending.pop()
                 bar = seed_speedups.get(task)
             sent = time.monotonic()
-            result = evaluator.evaluate(task, task_source, source, race_bar=bar)
+            result = evaluator.evaluate(task, task_source, source, race_bar=bar, late_baseline=late_baseline)
             if bar is None and result.speedup:
                 seed_speedups.setdefault(task, result.speedup)
             phases = result.extra.get("phases", {})
@@ -152,6 +158,7 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
                              "speedup": result.speedup, "speedup_vs_compiled": result.speedup_vs_compiled,
                              "timed_window": result.extra.get("timed_window"), "phases": phases,
                              "timing_round": (result.extra.get("timing_round") or {}).get("round"),
+                             "compile_baseline": result.extra.get("compile_baseline"),
                              "done_at": time.monotonic()})
                 print(f"[{name}] {task}: {result.status.value} {rows[-1]['round_trip_s']:.1f} s "
                       f"(timed calls {phases.get('timed_calls_s') or 0:.2f} s) speedup {result.speedup}", flush=True)
@@ -276,9 +283,9 @@ def main() -> None:
         (out / "throughput.json").write_text(json.dumps({"meta": meta, "modes": modes}, indent=1, default=str))
 
     for text in args.mode or ["default:"]:
-        name, settings = parse_mode(text)
+        name, settings, late = parse_mode(text)
         modes[name] = {"settings": text.partition(":")[2] or "defaults"}
-        run_mode(name, settings, work, modes[name], save, blocks=args.blocks)
+        run_mode(name, settings, work, modes[name], save, blocks=args.blocks, late_baseline=late)
         summarise(modes[name])
         save()
         (out / "throughput.md").write_text(markdown(modes, meta))

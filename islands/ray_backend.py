@@ -247,7 +247,19 @@ class RayBackend:
     def evaluate(self, worker: int, task_name: str, task_source: str, source: str,
                  race_bar: float | None = None) -> Future[EvalResult]:
         return self.evaluators[worker % len(self.evaluators)].evaluate.remote(
-            task_name, task_source, source, race_bar).future()
+            task_name, task_source, source, race_bar, late_baseline=True).future()
+
+    def settled_baselines(self) -> list[dict[str, dict]]:
+        """As :meth:`islands.backend.LocalBackend.settled_baselines`, of the evaluator actors (an actor
+        lost meanwhile gives none)."""
+        refs = [e.settled_baselines.remote() for e in self.evaluators]
+        settled = []
+        for ref in refs:
+            try:
+                settled.append(self._ray.get(ref, timeout=660))
+            except Exception:  # noqa: BLE001 (the actor or its node is gone): those rows keep no figure
+                settled.append({})
+        return settled
 
     def placement(self) -> dict:
         """The Ray node of every island and evaluator actor (where each started)."""
