@@ -40,6 +40,9 @@ FILL_COMPILED = update(EVALUATIONS).where(
     EVALUATIONS.c.runtime_ms > 0, EVALUATIONS.c.ref_runtime_ms > 0).values(
     compiled_runtime_ms=bindparam("ratio") * EVALUATIONS.c.ref_runtime_ms,
     speedup_vs_compiled=bindparam("ratio") * EVALUATIONS.c.ref_runtime_ms / EVALUATIONS.c.runtime_ms)
+WITHOUT_COMPILED = select(EVALUATIONS.c.program_id, PROGRAMS.c.task).join(
+    PROGRAMS, PROGRAMS.c.id == EVALUATIONS.c.program_id).where(
+    EVALUATIONS.c.compiled_runtime_ms.is_(None), EVALUATIONS.c.runtime_ms > 0, EVALUATIONS.c.ref_runtime_ms > 0)
 FIND_HASH = select(PROGRAMS.c.id).where(PROGRAMS.c.task == bindparam("t"),
                                         PROGRAMS.c.source_hash == bindparam("h")).limit(1)
 

@@ -123,6 +123,7 @@ class Controller:
         if self.seeding is not None:
             self.seeding.restore(self.archive.get_meta(ATTEMPTS_META))
         self.children_done = self.archive.child_evaluation_count()
+        self.late_baselines.resumed(self.tasks)  # rows of a session that ended before their baseline
         self._ready = {name for name in self.tasks if self.archive.has_elites(name)}
         if self.migration.reseed_after > 0 and self.backend.island_count > 1:
             self.stagnation = Stagnation.replay(self.migration.reseed_after,

@@ -6,7 +6,8 @@ figure to report, not the fitness, and waiting held the caller's evaluation
 slot, and so the search, for the 5-16 s of a compile.  Such results say
 ``compile_baseline: "pending"``; this fills their archive rows in from the
 ratio a later result of the same task and evaluator carries, or, at the end of
-the run, from what each evaluator settled.
+the run, from what each evaluator settled; a resumed run's rows still without it
+are filled by the session's first evaluator.
 """
 from __future__ import annotations
 
@@ -31,6 +32,13 @@ class LateBaselines:
             self.late += 1
         elif extra.get("compile_baseline_ratio") and key in self._pending:
             self.filled += self.archive.fill_compiled_baseline(self._pending.pop(key), extra["compile_baseline_ratio"])
+
+    def resumed(self, tasks) -> None:
+        """A resumed run: its timed rows without a torch.compile figure (the last session ended before
+        their baseline came, or none was to come) are filled by this session's first evaluator."""
+        for program_id, task in self.archive.without_compiled_baseline():
+            if task in tasks:
+                self._pending.setdefault((task, 0), []).append(program_id)
 
     @property
     def pending(self) -> int:

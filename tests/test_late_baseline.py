@@ -164,3 +164,19 @@ def test_evo_run_fills_in_every_late_rows_baseline(tmp_path):
     assert len(correct) >= 3 and all(r[1] > 0 and r[2] > 0 for r in correct), rows
     done = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()][-1]
     assert done["event"] == "done" and done["compiled_baseline_filled"] == done["compiled_baseline_late"]
+
+
+def test_a_resumed_runs_rows_without_the_baseline_are_filled_by_its_first_evaluator(tmp_path):
+    archive = Archive(f"sqlite:///{tmp_path / 'a.db'}")
+    try:
+        before = LateBaselines(archive, evaluators=2)  # the session that stopped before the baseline came
+        stopped = _recorded(archive, before, "t", 1, {"compile_baseline": "pending"})
+        gone = _recorded(archive, before, "gone", 0, {"compile_baseline": "pending"})  # not in this session
+        resumed = LateBaselines(archive, evaluators=2)
+        resumed.resumed({"t": None})
+        assert resumed.pending == 1
+        _recorded(archive, resumed, "t", 2, {"compile_baseline_ratio": 0.5})  # slot 2: evaluator 0
+        rows = _compiled(tmp_path / "a.db", [stopped, gone])
+        assert rows[stopped] == pytest.approx((1.0, 1.0)) and rows[gone] == (None, None)
+    finally:
+        archive.close()
