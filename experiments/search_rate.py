@@ -13,43 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-
-class StampedSampler:
-    """``nvidia-smi``'s utilisation.gpu every 100 ms, each sample with the time it was read."""
-
-    def __init__(self, index: int = 0):
-        self.samples: list[tuple[float, float]] = []
-        try:
-            self.proc = subprocess.Popen(
-                ["nvidia-smi", "-i", str(index), "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                 "-lms", "100"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        except OSError:  # no GPU here: the figures say n/a
-            self.proc = None
-            return
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            try:
-                self.samples.append((time.time(), float(line.strip())))
-            except ValueError:
-                pass
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait()
-
-    def busy(self, start: float, end: float) -> float | None:
-        inside = [value for t, value in self.samples if start <= t <= end]
-        return statistics.mean(inside) / 100 if inside else None
+from gpu_busy import UtilisationSampler  # experiments/, beside this script
 
 
 def main() -> None:
@@ -65,7 +34,7 @@ def main() -> None:
     run_dir = out / "run"
     command = [sys.executable, "-m", "evo.cli", "run", f"run.dir={run_dir}", f"task.path={args.tasks}",
                f"run.budget.evaluations={args.budget}", "run.progress=false", *args.overrides]
-    sampler, began = StampedSampler(0), time.time()
+    sampler, began = UtilisationSampler(0), time.time()
     with open(out / "run.log", "w") as log:
         try:
             code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout).returncode

@@ -26,7 +26,6 @@ import argparse
 import dataclasses
 import json
 import statistics
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -35,42 +34,11 @@ import numpy as np
 
 from evaluator import Evaluator, EvaluatorSettings
 from evo.program import Program
+from gpu_busy import UtilisationSampler  # experiments/, beside this script
 from operators import Context, TunableConstantMutation
 
 
 DEVICE = "cuda"  # --device cpu: a smoke test of this script through Triton's interpreter
-
-
-class UtilisationSampler:
-    """``nvidia-smi``'s utilisation.gpu every 100 ms in a thread; the mean of the samples taken."""
-
-    def __init__(self, index: int = 0):
-        self.samples: list[float] = []
-        if DEVICE != "cuda":
-            self.proc = None
-            return
-        try:
-            self.proc = subprocess.Popen(
-                ["nvidia-smi", "-i", str(index), "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                 "-lms", "100"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        except OSError:
-            self.proc = None
-            return
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            try:
-                self.samples.append(float(line.strip()))
-            except ValueError:
-                pass
-
-    def stop(self) -> float | None:
-        if self.proc is None:
-            return None
-        self.proc.terminate()
-        self.proc.wait()
-        return statistics.mean(self.samples) / 100 if self.samples else None
 
 
 def parse_mode(text: str) -> tuple[str, EvaluatorSettings, bool]:
@@ -167,7 +135,7 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
     groups: dict[str, list] = {}
     for item in work:
         groups.setdefault(item[0] if blocks else "", []).append(item)
-    sampler, began = UtilisationSampler(0), time.monotonic()
+    sampler, began = UtilisationSampler(0, enabled=DEVICE == "cuda"), time.monotonic()
     for task, group in groups.items():
         pending[:], started = list(reversed(group)), time.monotonic()
         threads = [threading.Thread(target=drain) for _ in range(evaluator.slots)]
