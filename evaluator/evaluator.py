@@ -42,9 +42,8 @@ class Evaluator:
             self._idle.put(worker)
         self._baselines: dict[str, dict] = {}  # (compiler settings, task source) hash -> the baseline's ratio
         self._baseline_locks: dict[str, threading.Lock] = {}
-        self._baseline_started: set[str] = set()  # keys whose measurement has begun (prefetch_baseline)
-        self._baseline_tasks: dict[str, str] = {}  # key -> the task it was asked for (settled_baselines)
-        self._baseline_done: dict[str, threading.Event] = {}  # key -> set once its entry is in _baselines
+        # key -> the task its measurement began for, and an event set once its entry is in _baselines
+        self._baseline_asked: dict[str, tuple[str, threading.Event]] = {}
         self._locks_lock = threading.Lock()
         self._baseline_worker: SandboxWorker | None = None  # measures the baselines, beside the pipeline
         self._baseline_worker_lock = threading.Lock()
@@ -130,8 +129,7 @@ class Evaluator:
 
     def _asked_baseline(self, key: str, task_name: str) -> threading.Event:
         """Note that the task's baseline is asked (under ``_locks_lock``): the event set once it is known."""
-        self._baseline_tasks.setdefault(key, task_name)
-        return self._baseline_done.setdefault(key, threading.Event())
+        return self._baseline_asked.setdefault(key, (task_name, threading.Event()))[1]
 
     def _baseline_key(self, task_source: str) -> str | None:
         """The cache key of a task's torch.compile baseline (``compile_timing=cached``), else None."""
@@ -146,9 +144,8 @@ class Evaluator:
         start and checks instead of holding their results (and their callers' slots) for 6-17 s."""
         key = self._baseline_key(task_source)
         with self._locks_lock:
-            if key is None or key in self._baseline_started:
+            if key is None or key in self._baseline_asked:  # under way, or measured
                 return
-            self._baseline_started.add(key)
             self._asked_baseline(key, task_name)
         threading.Thread(target=self._cached_baseline, args=(task_name, task_source), daemon=True,
                          name=f"baseline-{task_name}").start()
@@ -232,7 +229,7 @@ class Evaluator:
         that came back before theirs (``late_baseline``)."""
         deadline = time.monotonic() + timeout_s
         with self._locks_lock:
-            asked = [(key, task_name, self._baseline_done[key]) for key, task_name in self._baseline_tasks.items()]
+            asked = [(key, task_name, done) for key, (task_name, done) in self._baseline_asked.items()]
         settled = {}
         for key, task_name, done in asked:
             if done.wait(max(0.0, deadline - time.monotonic())):
