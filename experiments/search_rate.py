@@ -8,11 +8,17 @@ every 100 ms, each sample stamped.  From the run's ``events.jsonl``: the search'
 run loop's ``start`` to its ``done`` (Ray's and the workers' start-up before it left out, the
 evaluations of seeds and children in it), its evaluations per minute, and the mean utilisation of
 the samples taken in it.  Writes ``search_rate.json`` and ``.md`` under ``--out``.
+
+Where the idle time is (``profile`` in the JSON): the busy share per tenth of the window; how long
+0, 1, 2, ... evaluations were under way at once (each evaluation's span from the archive: recorded
+at its end, ``phases.total_s`` long); and per task, the evaluations, their mean wall and their
+mean seconds per phase.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -56,6 +62,7 @@ def main() -> None:
         "compiled_baseline_late": done.get("compiled_baseline_late"),
         "compiled_baseline_filled": done.get("compiled_baseline_filled"),
     }
+    figures["profile"] = profile(run_dir / "archive.db", sampler, start, end)
     (out / "search_rate.json").write_text(json.dumps(figures, indent=1))
     busy = figures["gpu_busy"]
     (out / "search_rate.md").write_text(
@@ -64,6 +71,38 @@ def main() -> None:
         f"{figures['start_up_s']} s of start-up: **{figures['per_gpu_minute']} per GPU-minute**, GPU busy "
         f"{'n/a' if busy is None else f'{100 * busy:.0f}%'} (nvidia-smi, {figures['samples']} samples)\n")
     print((out / "search_rate.md").read_text())
+
+
+def profile(archive: Path, sampler: UtilisationSampler, start: float, end: float) -> dict:
+    """Where the window's time went: see the module's docstring."""
+    tenth = (end - start) / 10
+    busy = [sampler.busy(start + i * tenth, start + (i + 1) * tenth) for i in range(10)]
+    with sqlite3.connect(archive) as db:
+        rows = db.execute("SELECT p.task, e.phases, e.created_at FROM evaluations e JOIN programs p "
+                          "ON p.id = e.program_id WHERE e.phases IS NOT NULL").fetchall()
+    spans, tasks = [], {}
+    for task, text, ended in rows:
+        phases = json.loads(text)
+        spans.append((ended - phases.get("total_s", 0.0), ended))
+        entry = tasks.setdefault(task, {"evaluations": 0, "seconds": {}})
+        entry["evaluations"] += 1
+        for phase, seconds in phases.items():
+            if isinstance(seconds, (int, float)):
+                entry["seconds"][phase] = entry["seconds"].get(phase, 0.0) + seconds
+    for entry in tasks.values():
+        entry["mean_s"] = {k: round(v / entry["evaluations"], 3) for k, v in sorted(entry["seconds"].items())}
+        del entry["seconds"]
+    # Seconds of the window with k evaluations under way: a sweep over the spans' ends.
+    edges = sorted([(max(a, start), 1) for a, b in spans if b > start and a < end]
+                   + [(min(b, end), -1) for a, b in spans if b > start and a < end])
+    under_way, level, last = {}, 0, start
+    for t, step in edges:
+        under_way[level] = under_way.get(level, 0.0) + max(0.0, t - last)
+        level, last = level + step, max(last, t)
+    under_way[level] = under_way.get(level, 0.0) + max(0.0, end - last)
+    return {"busy_per_tenth": [None if b is None else round(b, 3) for b in busy],
+            "seconds_with_k_under_way": {k: round(v, 1) for k, v in sorted(under_way.items())},
+            "tasks": tasks}
 
 
 if __name__ == "__main__":
