@@ -50,6 +50,36 @@ class Evaluator:
         self._peaks: dict | None = None  # this GPU's measured roofline peaks, once measured
         self._peaks_lock = threading.Lock()
         self._peaks_failures = 0  # out of memory beside other evaluations, say: tried again, three times
+        self._warming: list[threading.Thread] = []
+        if settings.warm_start if settings.warm_start is not None else device == "cuda":
+            self._warm_start()
+
+    def _warm_start(self) -> None:
+        """Start every worker (the pipeline's, and the baseline's if one will be measured), each in a
+        thread, then measure the GPU's roofline peaks on the first free one (alone, under the gate):
+        while the run checks its tasks, not in the first evaluations (EvaluatorSettings.warm_start)."""
+        if self._baseline_key("") is not None:
+            with self._baseline_worker_lock:
+                self._baseline_worker = self._baseline_worker or self._new_worker()
+        measure_peaks = self.gate is not None and self.settings.roofline_peaks is None
+
+        def warm(worker: SandboxWorker, peaks: bool) -> None:
+            try:
+                worker.ensure_started()
+                if peaks:
+                    with self._draining:
+                        taken = self._idle.get()
+                    try:
+                        self._roofline_peaks(taken)
+                    finally:
+                        self._idle.put(taken)
+            except Exception:  # noqa: BLE001 (the first request starts it again, and says why it fails)
+                pass
+
+        for i, worker in enumerate([*self.workers, *filter(None, [self._baseline_worker])]):
+            self._warming.append(threading.Thread(target=warm, args=(worker, measure_peaks and i == 0),
+                                                  daemon=True, name=f"evo-warm-{i}"))
+            self._warming[-1].start()
 
     def _new_worker(self) -> SandboxWorker:
         """A sandbox worker on this evaluator's device (started at its first request), a member of the
@@ -178,13 +208,14 @@ class Evaluator:
             self._prefetch_baseline(task_name, task_source)
         with self._draining:
             worker = self._idle.get()
-        baseline_s, entry = 0.0, None
+        baseline_s, entry, oom_s = 0.0, None, 0.0
         began = time.monotonic()  # waiting for a worker (the slot beyond the pipeline) is queued_s
         try:
             peaks = {"roofline_peaks": self._roofline_peaks(worker)}
             reply = self._request("evaluate", task_name, task_source, worker=worker,
                                   candidate_source=candidate_source, race=race, **peaks)
             if self.gate and _out_of_memory(reply):  # beside other evaluations: again, the GPU alone
+                oom_s = time.monotonic() - began
                 reply = self._request("evaluate", task_name, task_source, worker=worker,
                                       candidate_source=candidate_source, race=race, exclusive=True, **peaks)
         finally:
@@ -217,7 +248,9 @@ class Evaluator:
         total = time.monotonic() - began
         if baseline_s > 0.05:  # this evaluation waited for its task's baseline, measured after its timing
             phases["baseline_compile_s"] = phases.get("baseline_compile_s", 0.0) + baseline_s
-        phases["host_s"] = max(0.0, total - result.wall_s - baseline_s)
+        if oom_s:  # the attempt that ran out of GPU memory beside other evaluations (then tried alone)
+            phases["oom_retry_s"] = oom_s
+        phases["host_s"] = max(0.0, total - result.wall_s - baseline_s - oom_s)
         phases["total_s"] = total
         if began - asked > 0.01:
             phases["queued_s"] = began - asked
@@ -308,6 +341,8 @@ class Evaluator:
                 self._idle.put(worker)
 
     def close(self) -> None:
+        for thread in self._warming:  # a worker started after its close would outlive the evaluator
+            thread.join()
         for worker in [*self.workers, *([self._baseline_worker] if self._baseline_worker else [])]:
             worker.close()
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -73,6 +74,13 @@ class SandboxWorker:
         self.info: dict = {}
         self.gate = None  # evaluator.gate.TimingGate shared with the other workers of the GPU, if any
         self.paused_s = 0.0  # time this worker's processes were stopped by the gate: not held against it
+        self._starting = threading.Lock()  # a request waits for a start under way (Evaluator warm start)
+
+    def ensure_started(self) -> None:
+        """Start the worker unless it runs (a start under way elsewhere is waited for, not doubled)."""
+        with self._starting:
+            if self._proc is None or self._proc.poll() is not None:
+                self.start()
 
     def start(self) -> None:
         self.close()
@@ -97,8 +105,7 @@ class SandboxWorker:
         gated = self.gate is not None and message["kind"] in GATED
         if gated:  # host work until the child's first GPU work (evaluator.gate.host_start_over)
             self.gate.compiling(self)
-        if self._proc is None or self._proc.poll() is not None:
-            self.start()
+        self.ensure_started()
         message = dict(message, timeout_s=timeout_s, gate=gated)
         try:
             self._proc.stdin.write((json.dumps(message) + "\n").encode())

@@ -51,6 +51,10 @@ class EvaluatorSettings:
     # in round 5, 16.4 against 15.6 with 2 in round 7 of throughput_bench.md; each in flight holds its
     # own GPU memory, and one that runs out beside the others is evaluated again alone), 1 on the CPU.
     pipeline: int | None = None
+    # The pipeline's workers (and the baseline's) started, and the GPU's roofline peaks measured, in
+    # the background as the evaluator is made, while the run checks its tasks: not by the first
+    # evaluations, inside the search.  None: on a GPU (on the CPU, the tests' evaluators mostly check).
+    warm_start: bool | None = None
     # Racing: a child is first timed for race_reps repetitions against eager; one clearly slower
     # than its parent (by race_margin, beyond its noise) keeps that measurement, the others are
     # timed in full.  What each got is in its result (extra.timing_round).

@@ -327,6 +327,22 @@ def _parse(data: bytes) -> dict | None:
         return None
 
 
+# What kernels derived from torch.compile (seeds, and their children) import besides torch and triton:
+# inductor's helpers take 1.4 s to import on a 2-core host and 0.4-0.7 s on an H100's, which every
+# forked child paid again in its load phase.  Imported here, before the fork, they cost nothing there.
+KERNEL_HELPERS = ("torch._inductor.runtime.triton_helpers", "triton.language.extra.libdevice")
+
+
+def preload_kernel_helpers() -> None:
+    import importlib
+
+    for name in KERNEL_HELPERS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # another torch or triton: the candidate's own import says what is missing
+            pass
+
+
 def main() -> None:
     global _protocol_fd
     die_with_parent()
@@ -340,6 +356,9 @@ def main() -> None:
     scratch = Path(os.environ.get("EVO_SCRATCH", os.getcwd()))
     import torch  # noqa: F401  (preloaded for the forked children)
     import triton  # noqa: F401
+
+    if os.environ.get("TRITON_INTERPRET") != "1":  # a GPU's worker (on the CPU, tests: not worth its start)
+        preload_kernel_helpers()
 
     import evaluator.harness  # noqa: F401
     from evaluator.guards import warm_up

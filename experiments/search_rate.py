@@ -59,6 +59,7 @@ def main() -> None:
         "correct": sum(e["status"] == "correct" for e in evaluated),
         "per_gpu_minute": round(60 * len(evaluated) / (end - start), 2) if end > start else None,
         "gpu_busy": sampler.busy(start, end), "samples": len(sampler.samples),
+        "peak_gpu_memory_mb": sampler.peak_memory_mb(start, end),
         "compiled_baseline_late": done.get("compiled_baseline_late"),
         "compiled_baseline_filled": done.get("compiled_baseline_filled"),
     }

@@ -380,3 +380,21 @@ def test_a_task_out_of_memory_beside_a_search_is_prepared_again_with_the_device_
     finally:
         monkeypatch.undo()
         ev.close()
+
+
+def test_an_evaluation_out_of_memory_beside_others_is_tried_again_alone_and_its_cost_recorded(pipelined, monkeypatch):
+    asked, real = [], Evaluator._request
+
+    def request(self, kind, task_name, task_source, **extra):
+        if kind == "evaluate":
+            asked.append(bool(extra.get("exclusive")))
+            if len(asked) == 1:  # the first attempt: as a candidate's allocation would fail beside others
+                time.sleep(0.2)
+                return {"status": "runtime_error", "reason": "torch.OutOfMemoryError: CUDA out of memory."}
+        return real(self, kind, task_name, task_source, **extra)
+
+    monkeypatch.setattr(Evaluator, "_request", request)
+    result = pipelined.evaluate("double", TASK, candidate())
+    assert result.status is Status.CORRECT, result.reason
+    assert asked == [False, True]
+    assert result.extra["phases"]["oom_retry_s"] >= 0.2

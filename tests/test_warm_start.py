@@ -1,0 +1,74 @@
+"""An evaluator's warm start (EvaluatorSettings.warm_start): its workers started in the background as
+it is made, so that the first evaluations of a search do not pay for them; on the CPU."""
+import importlib
+import os
+import sys
+import time
+from pathlib import Path
+
+from evaluator import Evaluator, EvaluatorSettings, Status
+from evaluator.containment import descendants
+from evaluator.worker import KERNEL_HELPERS, preload_kernel_helpers
+from tests.test_evaluator import TASK, candidate
+
+
+def _workers_below_us() -> list[int]:
+    found = []
+    for pid in descendants(os.getpid()):
+        try:
+            if b"evaluator.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def test_warm_start_defaults_to_gpus_only():
+    assert EvaluatorSettings().warm_start is None
+    evaluator = Evaluator(EvaluatorSettings(device="cpu"), "cpu")
+    try:
+        assert evaluator._warming == [] and evaluator.worker.pid() is None  # started by its first request
+    finally:
+        evaluator.close()
+
+
+def test_a_warm_started_pipeline_runs_before_its_first_evaluation_and_is_not_started_again():
+    settings = EvaluatorSettings(device="cpu", warm_start=True, pipeline=2, compile_baseline=False)
+    evaluator = Evaluator(settings, "cpu")
+    try:
+        deadline = time.monotonic() + 120
+        while any(w.pid() is None for w in evaluator.workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = [w.pid() for w in evaluator.workers]
+        assert all(pids), "the workers did not start before any request"
+        result = evaluator.evaluate("double", TASK, candidate())
+        assert result.status is Status.CORRECT, result.reason
+        assert [w.pid() for w in evaluator.workers] == pids and [w.restarts for w in evaluator.workers] == [0, 0]
+    finally:
+        evaluator.close()
+    assert _workers_below_us() == []
+
+
+def test_a_request_during_the_warm_start_waits_for_it_instead_of_starting_a_second_worker():
+    settings = EvaluatorSettings(device="cpu", warm_start=True, compile_baseline=False)
+    evaluator = Evaluator(settings, "cpu")  # the worker's start is under way in its thread
+    try:
+        reply = evaluator.check_task("double", TASK)
+        assert reply["ok"], reply
+        assert evaluator.worker.restarts == 0  # one start: the warm start's
+    finally:
+        evaluator.close()
+    assert _workers_below_us() == []
+
+
+def test_an_evaluator_closed_while_it_warms_leaves_no_worker_behind():
+    settings = EvaluatorSettings(device="cpu", warm_start=True, pipeline=3, compile_baseline=False)
+    Evaluator(settings, "cpu").close()
+    assert _workers_below_us() == []
+
+
+def test_the_kernel_helpers_a_gpu_worker_preloads_exist_in_this_torch_and_triton():
+    preload_kernel_helpers()
+    for name in KERNEL_HELPERS:
+        assert name in sys.modules, name
+        importlib.import_module(name)
