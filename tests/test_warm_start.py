@@ -3,6 +3,7 @@ it is made, so that the first evaluations of a search do not pay for them; on th
 import importlib
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -72,3 +73,30 @@ def test_the_kernel_helpers_a_gpu_worker_preloads_exist_in_this_torch_and_triton
     for name in KERNEL_HELPERS:
         assert name in sys.modules, name
         importlib.import_module(name)
+
+
+def test_requests_from_two_threads_on_one_worker_take_turns():
+    """As `evo eval` checks its task on the first worker while the warm start measures the GPU's
+    peaks on it: each request gets its own reply, never the other's (one pipe carries both)."""
+    slow = TASK.replace("def get_inputs(n=1000):", "def get_inputs(n=1000):\n    __import__('time').sleep(0.3)")
+    broken = TASK.replace("def get_inputs(n=1000):", "def get_inputs(n=1000):\n    raise ValueError('broken reference')")
+    assert slow != TASK and broken != TASK
+    evaluator = Evaluator(EvaluatorSettings(device="cpu", compile_baseline=False), "cpu")
+    try:
+        for _ in range(3):
+            replies = {}
+
+            def check(name: str, source: str) -> None:
+                replies[name] = evaluator.check_task(name, source)
+
+            threads = [threading.Thread(target=check, args=args, daemon=True)
+                       for args in (("slow", slow), ("broken", broken))]
+            for thread in threads:
+                thread.start()
+                time.sleep(0.05)
+            for thread in threads:
+                thread.join(90)
+            assert replies["slow"]["ok"], replies
+            assert not replies["broken"]["ok"] and "broken reference" in replies["broken"]["error"], replies
+    finally:
+        evaluator.close()
