@@ -14,7 +14,6 @@ allows, and set aside when none can come.
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -29,23 +28,21 @@ from evo.feedback import Feedback
 from evo.inspiration import BestThenRandom, Inspiration
 from evo.kernel_source import normalized_hash
 from evo.late_baselines import LateBaselines
+from evo.loop_state import LoopState
 from evo.pacing import Pacing
 from evo.program import SEED, SEED_OPERATORS, Program
 from evo.run_settings import RunSettings
 from evo.scheduler import MAX_LOST_EVALUATIONS, EvaluationQueue
-from evo.seeding import ATTEMPTS_META, Seeding
+from evo.seeding import Seeding
 from evo.selection import Selection, Uniform
 from evo.startup import Prepared
 from evo.task import Task
 from islands.migration import MigrationSettings, migration_round
 from islands.stagnation import RESEEDS_META, Stagnation
 from operators.base import Context, Proposal
-from operators.meta_prompt import STATE_KEY as PROMPTS_STATE  # the fragments and their scores, with the RNG
 from operators.steering import LLMSteering
 
 Events = Callable[..., None]
-RNG_META = "rng.controller"  # the run loop's RNG state, saved with every program and evaluation it led to
-SEQUENCE_META = "rng.proposals"  # proposals started so far: each island seeds a proposal's RNG with its number
 
 
 def _no_events(kind: str, **fields) -> None:
@@ -95,7 +92,7 @@ class Controller:
         self._llm_stopped = False
         self._pacing = Pacing(backend.evaluator_count)
         self._evaluations = EvaluationQueue(backend.evaluator_count, self._pacing)  # when and where
-        self._sequence = 0  # proposals started in this run, resumes included (restored in _start)
+        self.loop_state = LoopState(self.rng, self.prompts, self.seeding)  # saved with each commit
         self.stagnation = Stagnation(0)  # islands without a new best, when reseeding is on (built in _start)
         self.late_baselines = LateBaselines(archive, len(getattr(backend, "evaluators", ())))
 
@@ -104,24 +101,8 @@ class Controller:
         children = sum(p.operator not in SEED_OPERATORS for p in self._evaluations.programs())
         return self.children_done + children + sum(out.parent is not None for out in self._proposals.values())
 
-    def _rng_meta(self) -> dict[str, str]:
-        meta = {RNG_META: json.dumps(self.rng.bit_generator.state), SEQUENCE_META: str(self._sequence)}
-        if self.prompts is not None:
-            meta[PROMPTS_STATE] = json.dumps(self.prompts.state())
-        if self.seeding is not None:
-            meta.update(self.seeding.meta())
-        return meta
-
     def _start(self) -> None:
-        state = self.archive.get_meta(RNG_META)
-        if state is not None:  # continue the stream where the last committed change left it
-            self.rng.bit_generator.state = json.loads(state)
-        self._sequence = int(self.archive.get_meta(SEQUENCE_META) or 0)
-        pool = self.archive.get_meta(PROMPTS_STATE)
-        if pool is not None and self.prompts is not None:
-            self.prompts.restore(json.loads(pool))
-        if self.seeding is not None:
-            self.seeding.restore(self.archive.get_meta(ATTEMPTS_META))
+        self.loop_state.restore(self.archive)  # continue where the last committed change left off
         self.children_done = self.archive.child_evaluation_count()
         self.late_baselines.resumed(self.tasks)  # rows of a session that ended before their baseline
         self._ready = {name for name in self.tasks if self.archive.has_elites(name)}
@@ -205,7 +186,7 @@ class Controller:
         self._record_stats()
         # What the last evaluations taught after their commits (fragment scores, the draws they
         # made) is saved with the rest, for a run resumed with a larger budget.
-        for key, value in self._rng_meta().items():
+        for key, value in self.loop_state.meta().items():
             self.archive.set_meta(key, value)
         self.events("done", children_done=self.children_done, compiled_baseline_late=self.late_baselines.late,
                     compiled_baseline_filled=self.late_baselines.filled)
@@ -267,9 +248,9 @@ class Controller:
                                                          self.rng, self.inspiration)
             task = self.tasks[task_name]
             fragment = self.prompts.choose(self.rng) if self.prompts is not None and model and not repair else None
-            self._sequence += 1
             context = Context(task_name=task.name, task_source=task.source, parent=parent,
-                              inspirations=inspirations, hardware=self.hardware, sequence=self._sequence,
+                              inspirations=inspirations, hardware=self.hardware,
+                              sequence=self.loop_state.next_sequence(),
                               failures=self.feedback.failures(task_name, island if parent else None), model=model,
                               llm_allowed=self.steering is None or model is not None, repair=repair is not None,
                               attempt=attempt, guidance=fragment.text if fragment is not None else "")
@@ -335,7 +316,7 @@ class Controller:
                 operator=proposal.operator, source=proposal.source,
                 parent_ids=(*((parent.id,) if parent else ()), *proposal.mates),
                 inspiration_ids=[p.id for p in inspirations if p.id not in proposal.mates],
-                source_hash=source_hash, descriptors=proposal.descriptors, meta=self._rng_meta(),
+                source_hash=source_hash, descriptors=proposal.descriptors, meta=self.loop_state.meta(),
                 llm_calls=proposal.llm_calls)  # one transaction: the program, its requests, the RNG state
             self._evaluations.add(program)
             self.feedback.made(program, model, parent, fragment, bool(proposal.llm_calls))
@@ -361,7 +342,7 @@ class Controller:
             result = EvalResult(status=Status.CRASHED, reason=f"evaluator failed {MAX_LOST_EVALUATIONS + 1} "
                                                               f"times, last: {type(exc).__name__}: {exc}")
         self._evaluations.recorded(program)
-        insert = self.archive.record_evaluation(program, result, meta=self._rng_meta())
+        insert = self.archive.record_evaluation(program, result, meta=self.loop_state.meta())
         self.late_baselines.recorded(program, worker, result)
         if result.device and not self.hardware:
             self.hardware = result.device

@@ -33,7 +33,8 @@ from archive import Archive
 from evo.descriptors import cell_key, describe
 from archive.models import CellRow, EvaluationRow, LineageRow, ProgramRow
 from evaluator import EvalResult, Status
-from evo.controller import RNG_META, Controller
+from evo.controller import Controller
+from evo.loop_state import RNG_META
 from evo.run_settings import RunSettings
 from evo.kernel_source import find_tunables, normalized_hash, with_values
 from evo.task import load_tasks

@@ -9,7 +9,8 @@ from sqlalchemy import select
 from archive import Archive
 from archive.models import LineageRow, ProgramRow
 from evaluator import EvalResult, Status
-from evo.controller import RNG_META, Controller
+from evo.controller import Controller
+from evo.loop_state import RNG_META
 from evo.run_settings import RunSettings
 from islands import MigrationSettings
 from operators.base import Proposal
