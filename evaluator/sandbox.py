@@ -161,7 +161,10 @@ class SandboxWorker:
                         if proc.stdout.closed:  # closed by another thread (close()): epoll forgot the pipe
                             raise WorkerDied("the worker was closed")
                         continue
-                    chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                    try:
+                        chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                    except ValueError:  # closed by another thread between the select and the read
+                        raise WorkerDied("the worker was closed") from None
                     if not chunk:
                         raise WorkerDied(f"worker exited (code {proc.wait()})")
                     self._buffer += chunk

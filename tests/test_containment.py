@@ -197,7 +197,15 @@ def test_a_worker_stopped_mid_evaluation_leaves_no_detached_process(contained):
     evaluator, _ = contained
     marker = f"evo-escapee-{uuid.uuid4().hex[:12]}"
     source = DETACH.replace("MARKER", marker) + "__import__('time').sleep(60)\n" + candidate()
-    evaluating = threading.Thread(target=evaluator.evaluate, args=("double", TASK, source))
+    outcome = []  # the evaluation's result, or what it raised: a closed worker is a crash, not an error
+
+    def evaluate() -> None:
+        try:
+            outcome.append(evaluator.evaluate("double", TASK, source))
+        except Exception as exc:  # noqa: BLE001
+            outcome.append(exc)
+
+    evaluating = threading.Thread(target=evaluate)
     evaluating.start()
     deadline = time.monotonic() + 60
     while not marked(marker) and time.monotonic() < deadline:
@@ -210,6 +218,8 @@ def test_a_worker_stopped_mid_evaluation_leaves_no_detached_process(contained):
     busy[0].close()  # as the engine does when a worker stops answering
     evaluating.join(timeout=30)
     assert not evaluating.is_alive(), "the evaluation waited on a closed worker"  # not until its deadline
+    assert len(outcome) == 1 and not isinstance(outcome[0], Exception), outcome
+    assert outcome[0].status is Status.CRASHED, outcome[0].reason
     deadline = time.monotonic() + 5  # SIGKILL is delivered asynchronously, and through the chain
     while marked(marker) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -13,11 +13,14 @@ from evaluator.worker import KERNEL_HELPERS, preload_kernel_helpers
 from tests.test_evaluator import TASK, candidate
 
 
-def _workers_below_us() -> list[int]:
+def _workers_below_us(scratch_root: Path) -> list[int]:
+    """This test's sandbox workers still alive (their scratch under ``scratch_root``; other tests'
+    may live on, a session's evaluator say)."""
     found = []
     for pid in descendants(os.getpid()):
         try:
-            if b"evaluator.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"evaluator.worker" in Path(f"/proc/{pid}/cmdline").read_bytes() and \
+                    str(scratch_root) in os.readlink(f"/proc/{pid}/cwd"):
                 found.append(pid)
         except OSError:
             pass
@@ -33,9 +36,9 @@ def test_warm_start_defaults_to_gpus_only():
         evaluator.close()
 
 
-def test_a_warm_started_pipeline_runs_before_its_first_evaluation_and_is_not_started_again():
+def test_a_warm_started_pipeline_runs_before_its_first_evaluation_and_is_not_started_again(tmp_path):
     settings = EvaluatorSettings(device="cpu", warm_start=True, pipeline=2, compile_baseline=False)
-    evaluator = Evaluator(settings, "cpu")
+    evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
     try:
         deadline = time.monotonic() + 120
         while any(w.pid() is None for w in evaluator.workers) and time.monotonic() < deadline:
@@ -47,25 +50,25 @@ def test_a_warm_started_pipeline_runs_before_its_first_evaluation_and_is_not_sta
         assert [w.pid() for w in evaluator.workers] == pids and [w.restarts for w in evaluator.workers] == [0, 0]
     finally:
         evaluator.close()
-    assert _workers_below_us() == []
+    assert _workers_below_us(tmp_path) == []
 
 
-def test_a_request_during_the_warm_start_waits_for_it_instead_of_starting_a_second_worker():
+def test_a_request_during_the_warm_start_waits_for_it_instead_of_starting_a_second_worker(tmp_path):
     settings = EvaluatorSettings(device="cpu", warm_start=True, compile_baseline=False)
-    evaluator = Evaluator(settings, "cpu")  # the worker's start is under way in its thread
+    evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))  # its worker starting in a thread
     try:
         reply = evaluator.check_task("double", TASK)
         assert reply["ok"], reply
         assert evaluator.worker.restarts == 0  # one start: the warm start's
     finally:
         evaluator.close()
-    assert _workers_below_us() == []
+    assert _workers_below_us(tmp_path) == []
 
 
-def test_an_evaluator_closed_while_it_warms_leaves_no_worker_behind():
+def test_an_evaluator_closed_while_it_warms_leaves_no_worker_behind(tmp_path):
     settings = EvaluatorSettings(device="cpu", warm_start=True, pipeline=3, compile_baseline=False)
-    Evaluator(settings, "cpu").close()
-    assert _workers_below_us() == []
+    Evaluator(settings, "cpu", scratch_root=str(tmp_path)).close()
+    assert _workers_below_us(tmp_path) == []
 
 
 def test_the_kernel_helpers_a_gpu_worker_preloads_exist_in_this_torch_and_triton():
