@@ -58,7 +58,7 @@ class Evaluator:
         """Start every worker (the pipeline's, and the baseline's if one will be measured), each in a
         thread, then measure the GPU's roofline peaks on the first free one (alone, under the gate):
         while the run checks its tasks, not in the first evaluations (EvaluatorSettings.warm_start)."""
-        if self._baseline_key("") is not None:
+        if (self._compile_baseline() or {}).get("timing") == "cached":  # measured on a worker of its own
             with self._baseline_worker_lock:
                 self._baseline_worker = self._baseline_worker or self._new_worker()
         measure_peaks = self.gate is not None and self.settings.roofline_peaks is None
