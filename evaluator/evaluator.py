@@ -58,9 +58,9 @@ class Evaluator:
         """Start every worker (the pipeline's, and the baseline's if one will be measured), each in a
         thread, then measure the GPU's roofline peaks on the first free one (alone, under the gate):
         while the run checks its tasks, not in the first evaluations (EvaluatorSettings.warm_start)."""
-        if (self._compile_baseline() or {}).get("timing") == "cached":  # measured on a worker of its own
+        if self._baseline_cached():
             with self._baseline_worker_lock:
-                self._baseline_worker = self._baseline_worker or self._new_worker()
+                self._made_baseline_worker()
         measure_peaks = self.gate is not None and self.settings.roofline_peaks is None
 
         def warm(worker: SandboxWorker, peaks: bool) -> None:
@@ -144,7 +144,7 @@ class Evaluator:
             if key not in self._baselines:
                 try:
                     with self._baseline_worker_lock:  # one baseline at a time: each times alone anyway
-                        self._baseline_worker = worker = self._baseline_worker or self._new_worker()
+                        worker = self._made_baseline_worker()
                         reply = self._request("compile_baseline", task_name, task_source, worker=worker)
                         if self.gate and reply.get("out_of_memory"):  # beside other evaluations: again, alone
                             reply = self._request("compile_baseline", task_name, task_source, worker=worker,
@@ -161,11 +161,21 @@ class Evaluator:
         """Note that the task's baseline is asked (under ``_locks_lock``): the event set once it is known."""
         return self._baseline_asked.setdefault(key, (task_name, threading.Event()))[1]
 
+    def _baseline_cached(self) -> bool:
+        """Whether the torch.compile baseline is measured once per task (``compile_timing=cached``), on
+        a worker of its own, rather than in each evaluation or not at all."""
+        return (self._compile_baseline() or {}).get("timing") == "cached"
+
+    def _made_baseline_worker(self) -> SandboxWorker:
+        """The baseline's worker, made now if it was not (under ``_baseline_worker_lock``)."""
+        self._baseline_worker = self._baseline_worker or self._new_worker()
+        return self._baseline_worker
+
     def _baseline_key(self, task_source: str) -> str | None:
         """The cache key of a task's torch.compile baseline (``compile_timing=cached``), else None."""
-        settings = self._compile_baseline()
-        if not settings or settings["timing"] != "cached":
+        if not self._baseline_cached():
             return None
+        settings = self._compile_baseline()
         return hashlib.sha256(f"{settings['backend']}:{settings['mode']}:{task_source}".encode()).hexdigest()
 
     def _prefetch_baseline(self, task_name: str, task_source: str) -> None:

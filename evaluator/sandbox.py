@@ -74,16 +74,19 @@ class SandboxWorker:
         self.info: dict = {}
         self.gate = None  # evaluator.gate.TimingGate shared with the other workers of the GPU, if any
         self.paused_s = 0.0  # time this worker's processes were stopped by the gate: not held against it
-        self._starting = threading.Lock()  # a request waits for a start under way (Evaluator warm start)
-        # A request waits for another on this worker (the warm start's roofline peaks beside `evo eval`'s
-        # check of its task, say): their replies share one pipe.
-        self._requesting = threading.Lock()
+        # One thing at a time on this worker, a start or a request: a request waits for the warm start's
+        # start (Evaluator warm start) and for another request (the warm start's roofline peaks beside
+        # `evo eval`'s check of its task, say), whose reply shares its pipe.
+        self._busy = threading.Lock()
 
     def ensure_started(self) -> None:
-        """Start the worker unless it runs (a start under way elsewhere is waited for, not doubled)."""
-        with self._starting:
-            if self._proc is None or self._proc.poll() is not None:
-                self.start()
+        """Start the worker unless it runs (a start or a request under way elsewhere is waited for)."""
+        with self._busy:
+            self._start_if_down()
+
+    def _start_if_down(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            self.start()
 
     def start(self) -> None:
         self.close()
@@ -105,14 +108,14 @@ class SandboxWorker:
     def request(self, message: dict, timeout_s: float) -> dict:
         """Send one request; a dead or hung worker yields a ``sandbox`` failure reply.  With a gate,
         an evaluation may ask for the GPU alone (``{"gate": "want"}`` ... ``{"gate": "done"}``)."""
-        with self._requesting:  # one at a time: two requests' replies on one pipe would be mixed up
+        with self._busy:  # one at a time: two requests' replies on one pipe would be mixed up
             return self._request(message, timeout_s)
 
     def _request(self, message: dict, timeout_s: float) -> dict:
         gated = self.gate is not None and message["kind"] in GATED
         if gated:  # host work until the child's first GPU work (evaluator.gate.host_start_over)
             self.gate.compiling(self)
-        self.ensure_started()
+        self._start_if_down()
         message = dict(message, timeout_s=timeout_s, gate=gated)
         try:
             self._proc.stdin.write((json.dumps(message) + "\n").encode())

@@ -1,30 +1,14 @@
 """An evaluator's warm start (EvaluatorSettings.warm_start): its workers started in the background as
 it is made, so that the first evaluations of a search do not pay for them; on the CPU."""
 import importlib
-import os
 import sys
 import threading
 import time
-from pathlib import Path
 
 from evaluator import Evaluator, EvaluatorSettings, Status
-from evaluator.containment import descendants
 from evaluator.worker import KERNEL_HELPERS, preload_kernel_helpers
+from tests.test_durability import sandbox_workers  # this test's live workers, by their scratch
 from tests.test_evaluator import TASK, candidate
-
-
-def _workers_below_us(scratch_root: Path) -> list[int]:
-    """This test's sandbox workers still alive (their scratch under ``scratch_root``; other tests'
-    may live on, a session's evaluator say)."""
-    found = []
-    for pid in descendants(os.getpid()):
-        try:
-            if b"evaluator.worker" in Path(f"/proc/{pid}/cmdline").read_bytes() and \
-                    str(scratch_root) in os.readlink(f"/proc/{pid}/cwd"):
-                found.append(pid)
-        except OSError:
-            pass
-    return found
 
 
 def test_warm_start_defaults_to_gpus_only():
@@ -50,7 +34,7 @@ def test_a_warm_started_pipeline_runs_before_its_first_evaluation_and_is_not_sta
         assert [w.pid() for w in evaluator.workers] == pids and [w.restarts for w in evaluator.workers] == [0, 0]
     finally:
         evaluator.close()
-    assert _workers_below_us(tmp_path) == []
+    assert sandbox_workers(tmp_path) == []
 
 
 def test_a_request_during_the_warm_start_waits_for_it_instead_of_starting_a_second_worker(tmp_path):
@@ -62,13 +46,13 @@ def test_a_request_during_the_warm_start_waits_for_it_instead_of_starting_a_seco
         assert evaluator.worker.restarts == 0  # one start: the warm start's
     finally:
         evaluator.close()
-    assert _workers_below_us(tmp_path) == []
+    assert sandbox_workers(tmp_path) == []
 
 
 def test_an_evaluator_closed_while_it_warms_leaves_no_worker_behind(tmp_path):
     settings = EvaluatorSettings(device="cpu", warm_start=True, pipeline=3, compile_baseline=False)
     Evaluator(settings, "cpu", scratch_root=str(tmp_path)).close()
-    assert _workers_below_us(tmp_path) == []
+    assert sandbox_workers(tmp_path) == []
 
 
 def test_the_kernel_helpers_a_gpu_worker_preloads_exist_in_this_torch_and_triton():
@@ -116,7 +100,7 @@ def test_the_baseline_worker_is_warm_started_where_a_cached_baseline_will_be_mea
         assert evaluator._baseline_worker.pid() is not None
     finally:
         evaluator.close()
-    assert _workers_below_us(tmp_path) == []
+    assert sandbox_workers(tmp_path) == []
     live = Evaluator(EvaluatorSettings(device="cpu", warm_start=True, compile_baseline=True, compile_timing="live",
                                        compile_backend="aot_eager"), "cpu", scratch_root=str(tmp_path))
     try:
