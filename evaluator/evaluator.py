@@ -4,6 +4,8 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -34,7 +36,9 @@ class Evaluator:
         self.slots = evaluation_slots(settings, device)  # callers of evaluate at once (islands.backend)
         self._cuda_index, self._scratch_root = cuda_index, scratch_root
         self.gate = TimingGate() if self.depth > 1 else None
-        self.workers = [self._new_worker() for _ in range(self.depth)]
+        shared = settings.cache_dir is None and settings.share_compile_cache and self.depth > 1
+        self.compile_cache = tempfile.mkdtemp(prefix="evo-compile-cache-", dir=scratch_root) if shared else None
+        self.workers = [self._new_worker(self.compile_cache) for _ in range(self.depth)]
         self.worker = self.workers[0]  # checks and seeds at start-up
         self._idle: queue.SimpleQueue[SandboxWorker] = queue.SimpleQueue()
         self._draining = threading.Lock()  # held to take a worker, and to take them all (_device_to_itself)
@@ -81,11 +85,12 @@ class Evaluator:
                                                   daemon=True, name=f"evo-warm-{i}"))
             self._warming[-1].start()
 
-    def _new_worker(self) -> SandboxWorker:
+    def _new_worker(self, cache_dir: str | None = None) -> SandboxWorker:
         """A sandbox worker on this evaluator's device (started at its first request), a member of the
-        timing gate if there is one: stopped while another evaluation times, like every worker here."""
+        timing gate if there is one: stopped while another evaluation times, like every worker here.
+        Its Triton cache: ``evaluator.cache_dir``, else ``cache_dir``, else one of its own."""
         worker = SandboxWorker(device=self.device, cuda_index=self._cuda_index, scratch_root=self._scratch_root,
-                               cache_dir=self.settings.cache_dir)
+                               cache_dir=self.settings.cache_dir or cache_dir)
         if self.gate:
             worker.gate = self.gate
             self.gate.join(worker)
@@ -355,6 +360,8 @@ class Evaluator:
             thread.join()
         for worker in [*self.workers, *([self._baseline_worker] if self._baseline_worker else [])]:
             worker.close()
+        if self.compile_cache:
+            shutil.rmtree(self.compile_cache, ignore_errors=True)
 
 
 def _apply_baseline(result: EvalResult, entry: dict | None) -> None:

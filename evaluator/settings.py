@@ -34,7 +34,11 @@ class EvaluatorSettings:
     timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup_s=0.2))
     cpu_timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup=1, reps=3, budget_s=1.0))
     workers: int | None = None  # None: one per GPU, or one on the CPU
-    cache_dir: str | None = None
+    cache_dir: str | None = None  # Triton's compile cache for every worker; None: see share_compile_cache
+    # With cache_dir None, the pipeline's workers on one device share one Triton compile cache: a kernel a
+    # child keeps unchanged from its parent is compiled once, not once per worker.  The baseline's and the
+    # preparation's workers keep caches of their own (what candidates write cannot reach the baseline).
+    share_compile_cache: bool = True
     noise_floor: float = 0.01  # speedups closer than this (relative) are not told apart
     roofline_limit: float = 1.2  # beyond this fraction of the roofline a result is re-verified
     roofline_peaks: dict | None = None  # {bytes_per_s, flops_per_s}; None: measured on each GPU

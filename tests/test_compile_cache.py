@@ -1,0 +1,53 @@
+"""Triton's compile cache (EvaluatorSettings.share_compile_cache): the pipeline's workers of a device
+share one, so that a kernel a child keeps unchanged from its parent is compiled once, not once per
+worker; the torch.compile baseline's worker keeps its own, out of candidates' reach."""
+import os
+import time
+from pathlib import Path
+
+from evaluator import Evaluator, EvaluatorSettings
+
+
+def _triton_cache_of(pid: int) -> str:
+    """TRITON_CACHE_DIR as the running worker process sees it."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next(v.split(b"=", 1)[1].decode() for v in environ if v.startswith(b"TRITON_CACHE_DIR="))
+
+
+def _started(evaluator: Evaluator) -> list:
+    workers = [*evaluator.workers, evaluator._baseline_worker]
+    deadline = time.monotonic() + 120
+    while any(w.pid() is None for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(w.pid() for w in workers), "the warm start did not start every worker"
+    return [_triton_cache_of(w.pid()) for w in workers]
+
+
+def test_the_pipeline_shares_one_cache_and_the_baseline_keeps_its_own(tmp_path):
+    settings = EvaluatorSettings(device="cpu", pipeline=3, warm_start=True, compile_baseline=True)
+    evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
+    try:
+        *pipeline, baseline = _started(evaluator)
+        assert pipeline == [evaluator.compile_cache] * 3 and os.path.isdir(evaluator.compile_cache)
+        assert baseline != evaluator.compile_cache and baseline.startswith(str(evaluator._baseline_worker.scratch))
+    finally:
+        evaluator.close()
+    assert not os.path.exists(evaluator.compile_cache)  # removed with the evaluator
+
+
+def test_without_sharing_or_with_a_configured_cache_each_worker_gets_what_it_says(tmp_path):
+    settings = EvaluatorSettings(device="cpu", pipeline=2, warm_start=True, compile_baseline=True,
+                                 share_compile_cache=False)
+    evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
+    try:
+        caches = _started(evaluator)
+        assert evaluator.compile_cache is None and len(set(caches)) == 3
+    finally:
+        evaluator.close()
+    configured = str(tmp_path / "cache")
+    settings = EvaluatorSettings(device="cpu", pipeline=2, warm_start=True, compile_baseline=True, cache_dir=configured)
+    evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
+    try:
+        assert _started(evaluator) == [configured] * 3 and evaluator.compile_cache is None
+    finally:
+        evaluator.close()
