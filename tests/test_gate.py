@@ -27,6 +27,19 @@ def _state(pid: int) -> str:
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
+def _stopped(pid: int, want: bool = True, within_s: float = 2.0) -> bool:
+    """Whether ``pid`` is (``want``) or is not stopped, within ``within_s``: a signal is delivered
+    when its target is next scheduled, not by the time ``kill`` returns."""
+    deadline = time.monotonic() + within_s
+    while (_state(pid) == "T") != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return (_state(pid) == "T") == want
+
+
+def _running(pid: int) -> bool:
+    return _stopped(pid, want=False)
+
+
 def _joined(*members) -> TimingGate:
     gate = TimingGate(drain_s=0.0)
     for member in members:
@@ -54,13 +67,13 @@ def test_the_gate_stops_the_others_and_their_children_while_one_times(two_member
     assert below, "the member's child did not start"
     gate.acquire(holder)
     assert gate.holds(holder)
-    assert [_state(p) for p in [other.pid(), *below]] == ["T"] * (1 + len(below))
-    assert _state(holder.pid()) != "T"
+    assert all(_stopped(p) for p in [other.pid(), *below])
+    assert _running(holder.pid())
     time.sleep(0.2)
     gate.release(other)  # not the holder's: nothing happens
-    assert _state(other.pid()) == "T"
+    assert _stopped(other.pid())
     gate.release(holder)
-    assert all(_state(p) != "T" for p in [other.pid(), *below])
+    assert all(_running(p) for p in [other.pid(), *below])
     assert other.paused_s >= 0.2 and holder.paused_s == 0.0
     assert gate.held == 1 and not gate.holds(holder)
 
@@ -189,16 +202,16 @@ def test_a_member_taking_a_request_goes_on_at_once_and_is_stopped_at_its_first_g
     holder, starting = two_members
     gate = _joined(holder, starting)
     gate.acquire(holder)
-    assert _state(starting.pid()) == "T"  # idle, stopped like any other member
+    assert _stopped(starting.pid())  # idle, stopped like any other member
     gate.compiling(starting)  # a request for it: its start is host work
-    assert _state(starting.pid()) != "T"
+    assert _running(starting.pid())
     from evaluator.containment import descendants
 
-    assert all(_state(pid) != "T" for pid in descendants(starting.pid()))
+    assert all(_running(pid) for pid in descendants(starting.pid()))
     gate.compiled(starting)  # its child's start is over (host_start_over): stopped until the timing ends
-    assert _state(starting.pid()) == "T"
+    assert _stopped(starting.pid())
     gate.release(holder)
-    assert _state(starting.pid()) != "T"
+    assert _running(starting.pid())
 
 
 def test_host_sections_nest_and_the_start_waits_for_the_go_ahead():
@@ -277,17 +290,17 @@ def test_a_member_inside_a_compile_is_spared_and_stopped_when_it_leaves(two_memb
     gate = _joined(holder, compiling)
     gate.compiling(compiling)
     gate.acquire(holder)
-    assert _state(compiling.pid()) != "T" and gate.spared == 1  # its compile goes on meanwhile
+    assert _running(compiling.pid()) and gate.spared == 1  # its compile goes on meanwhile
     gate.compiled(compiling)  # about to use the GPU while the holder times: stopped
-    assert _state(compiling.pid()) == "T"
+    assert _stopped(compiling.pid())
     gate.compiled(compiling)  # no compile left to end: nothing changes
     gate.release(holder)
-    assert _state(compiling.pid()) != "T"
+    assert _running(compiling.pid())
     gate.compiling(compiling)
     gate.compiled(compiling)  # nobody timing: it goes straight on
-    assert _state(compiling.pid()) != "T"
+    assert _running(compiling.pid())
     gate.acquire(holder)  # no longer compiling: stopped like any other member
-    assert _state(compiling.pid()) == "T"
+    assert _stopped(compiling.pid())
     gate.release(holder)
 
 
