@@ -140,20 +140,26 @@ class ArchiveReader:
 
     def phase_totals(self) -> dict:
         """Seconds per evaluation phase summed over the run's evaluations (schema 6), with how many had
-        them: ``{"evaluations": n, "seconds": {phase: total}}``."""
+        them: ``{"evaluations": n, "seconds": {phase: total}, "under_way_s": wall seconds with one under
+        way, "spans": [(began, ended)], "tasks": {task: {"evaluations": n, "seconds": {phase: total}}}}``."""
+        empty = {"evaluations": 0, "seconds": {}, "under_way_s": 0.0, "spans": [], "tasks": {}}
         if "phases" not in self._columns("evaluations"):
-            return {"evaluations": 0, "seconds": {}}
-        totals: dict[str, float] = {}
-        windows = []
-        rows = self._rows(select(E.phases, E.created_at).where(E.phases.is_not(None)))
+            return empty
+        rows = self._rows(select(P.task, E.phases, E.created_at).select_from(EVALUATIONS.join(PROGRAMS, P.id == E.program_id))
+                          .where(E.phases.is_not(None)))
+        totals, tasks, spans = {}, {}, []
         for row in rows:
             phases = json.loads(row["phases"])
+            task = tasks.setdefault(row["task"], {"evaluations": 0, "seconds": {}})
+            task["evaluations"] += 1
             for phase, seconds in phases.items():
                 if isinstance(seconds, (int, float)):
                     totals[phase] = totals.get(phase, 0.0) + seconds
+                    task["seconds"][phase] = task["seconds"].get(phase, 0.0) + seconds
             if isinstance(phases.get("total_s"), (int, float)) and row["created_at"]:
-                windows.append((row["created_at"] - phases["total_s"], row["created_at"]))  # recorded at its end
-        return {"evaluations": len(rows), "seconds": totals, "under_way_s": _union(windows)}
+                spans.append((row["created_at"] - phases["total_s"], row["created_at"]))  # recorded at its end
+        return {**empty, "evaluations": len(rows), "seconds": totals, "under_way_s": _union(spans),
+                "spans": spans, "tasks": tasks}
 
     def timing_rounds(self) -> dict[str, int]:
         """How the raced children were timed (schema 7): ``{"short": n, "full": n, "from_short": n}``,
@@ -284,6 +290,19 @@ class ArchiveReader:
 
 def _rate(part: int, whole: int) -> float | None:
     return part / whole if whole else None
+
+
+def seconds_under_way(windows: list[tuple[float, float]], start: float, end: float) -> dict[int, float]:
+    """Seconds of ``start``..``end`` with k of ``windows`` under way, by k (0 included): how full a
+    pipeline was kept (``experiments/search_rate.py``)."""
+    edges = sorted([(max(a, start), 1) for a, b in windows if b > start and a < end]
+                   + [(min(b, end), -1) for a, b in windows if b > start and a < end])
+    under_way, level, last = {}, 0, start
+    for t, step in edges:
+        under_way[level] = under_way.get(level, 0.0) + max(0.0, t - last)
+        level, last = level + step, max(last, t)
+    under_way[level] = under_way.get(level, 0.0) + max(0.0, end - last)
+    return under_way
 
 
 def _union(windows: list[tuple[float, float]]) -> float:

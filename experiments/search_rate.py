@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from archive.queries import ArchiveReader, seconds_under_way
 from gpu_busy import UtilisationSampler  # experiments/, beside this script
 
 
@@ -78,29 +78,15 @@ def profile(archive: Path, sampler: UtilisationSampler, start: float, end: float
     """Where the window's time went: see the module's docstring."""
     tenth = (end - start) / 10
     busy = [sampler.busy(start + i * tenth, start + (i + 1) * tenth) for i in range(10)]
-    with sqlite3.connect(archive) as db:
-        rows = db.execute("SELECT p.task, e.phases, e.created_at FROM evaluations e JOIN programs p "
-                          "ON p.id = e.program_id WHERE e.phases IS NOT NULL").fetchall()
-    spans, tasks = [], {}
-    for task, text, ended in rows:
-        phases = json.loads(text)
-        spans.append((ended - phases.get("total_s", 0.0), ended))
-        entry = tasks.setdefault(task, {"evaluations": 0, "seconds": {}})
-        entry["evaluations"] += 1
-        for phase, seconds in phases.items():
-            if isinstance(seconds, (int, float)):
-                entry["seconds"][phase] = entry["seconds"].get(phase, 0.0) + seconds
-    for entry in tasks.values():
-        entry["mean_s"] = {k: round(v / entry["evaluations"], 3) for k, v in sorted(entry["seconds"].items())}
-        del entry["seconds"]
-    # Seconds of the window with k evaluations under way: a sweep over the spans' ends.
-    edges = sorted([(max(a, start), 1) for a, b in spans if b > start and a < end]
-                   + [(min(b, end), -1) for a, b in spans if b > start and a < end])
-    under_way, level, last = {}, 0, start
-    for t, step in edges:
-        under_way[level] = under_way.get(level, 0.0) + max(0.0, t - last)
-        level, last = level + step, max(last, t)
-    under_way[level] = under_way.get(level, 0.0) + max(0.0, end - last)
+    reader = ArchiveReader(path=archive)
+    try:
+        totals = reader.phase_totals()
+    finally:
+        reader.close()
+    tasks = {name: {"evaluations": entry["evaluations"],
+                    "mean_s": {k: round(v / entry["evaluations"], 3) for k, v in sorted(entry["seconds"].items())}}
+             for name, entry in totals["tasks"].items()}
+    under_way = seconds_under_way(totals["spans"], start, end)
     return {"busy_per_tenth": [None if b is None else round(b, 3) for b in busy],
             "seconds_with_k_under_way": {k: round(v, 1) for k, v in sorted(under_way.items())},
             "tasks": tasks}

@@ -115,3 +115,21 @@ def test_the_phase_line_says_how_long_pipelined_evaluations_waited():
                  "queued for a worker 1.50"):
         assert part in within
     assert "6 s of wall time had one under way" in phase_line(totals)
+
+
+def test_phase_totals_split_by_task_and_the_seconds_with_k_evaluations_under_way(small_run):
+    from archive.queries import ArchiveReader, seconds_under_way
+
+    reader = ArchiveReader(path=small_run / "archive.db")
+    try:
+        totals = reader.phase_totals()
+    finally:
+        reader.close()
+    assert set(totals["tasks"]) == {"gelu", "row_sum"}
+    assert sum(t["evaluations"] for t in totals["tasks"].values()) == totals["evaluations"] == 6
+    for phase, seconds in totals["seconds"].items():
+        assert sum(t["seconds"].get(phase, 0.0) for t in totals["tasks"].values()) == pytest.approx(seconds)
+    assert len(totals["spans"]) == 6 and all(began < ended for began, ended in totals["spans"])
+    # Two overlapping spans and a gap, in a window cut through the first: 2 s idle, 2 s with one, 1 s with two.
+    assert seconds_under_way([(0, 4), (2, 3)], start=1, end=6) == pytest.approx({0: 2.0, 1: 2.0, 2: 1.0})
+    assert seconds_under_way([], start=0, end=5) == {0: 5.0}
