@@ -69,6 +69,7 @@ def measure(request: dict, problem, reference, model, shapes: list[dict], seed: 
     pair = timed["reference"]
     # The time of the timed calls (GPU time on a GPU; medians times samples): the part of an evaluation
     # spent on what it measures.
+    measured["timed_reps"] = pair.candidate.samples  # reps, or fewer: budget_s, racing, timing.precision
     measured["timed_calls_s"] = (pair.candidate.median_ms * pair.candidate.samples + sum(
         side.baseline.median_ms * side.baseline.samples for side in timed.values())) / 1e3
     noise_floor = float(request.get("noise_floor", 0.0))
@@ -116,7 +117,9 @@ def _timed_calls(request: dict, model, sets: list[list], seed: int, device: str,
                  calls: int | None = None) -> TimedCalls:
     """The candidate as timed, a seeded sample of its ``calls`` guarded (none with timed checks off)."""
     checks, timing = request.get("timed_checks") or {}, request["timing"]
-    calls = calls or timing["warmup"] + timing["reps"]
+    # The calls sure to run: with timing.precision a stable kernel may stop after min_reps rounds.
+    calls = calls or timing["warmup"] + (min(timing["reps"], timing.get("min_reps", 20)) if timing.get("precision")
+                                            else timing["reps"])
     sampled = sampled_calls(checks["samples"], calls, seed) if checks else set()
     return TimedCalls(model, sets, sampled, device)
 

@@ -15,6 +15,11 @@ class TimingSettings:
     batch: int = 8  # GPU: pairs of calls queued between synchronisations (1: synchronise around each)
     input_sets: int = 3  # timed calls take these many input sets (seeded apart, allocated apart) in turn
     input_sets_mb: float = 256.0  # at most this much for the extra sets (beyond it: 2 sets)
+    # Stop repeating, after min_reps, once every speedup's noise (relative half-width of its ~95%
+    # interval) is at most this; 0: always reps (or budget_s).  What a result's timing cost then
+    # follows the kernel's own stability; its reported noise is that of the samples it took.
+    precision: float = 0.0
+    min_reps: int = 20
 
 
 # Tolerances where a task sets no ATOL/RTOL: ``strict`` keeps evaluator.compare's per-dtype defaults
@@ -110,6 +115,9 @@ class EvaluatorSettings:
             raise ValueError("evaluator.triton_share_min must be in [0, 1] and timed_samples >= 0")
         if self.timing.input_sets < 1 or self.cpu_timing.input_sets < 1:
             raise ValueError("evaluator.timing.input_sets must be >= 1")
+        for timing in (self.timing, self.cpu_timing):
+            if not 0 <= timing.precision < 1 or timing.min_reps < 3:
+                raise ValueError("evaluator.timing.precision must be in [0, 1) and min_reps >= 3")
         if not 0 < self.gpu_memory_fraction <= 1 or self.memory_limit_mb <= 0:
             raise ValueError("evaluator.gpu_memory_fraction must be in (0, 1] and memory_limit_mb positive")
 

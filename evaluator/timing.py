@@ -64,19 +64,18 @@ def ratio_noise(candidate_ms: list[float], baseline_ms: list[float]) -> float:
 def timing_args(timing: dict) -> dict:
     """The keyword arguments of :func:`time_interleaved` from a request's ``timing`` settings."""
     return dict(warmup=timing["warmup"], reps=timing["reps"], budget_s=timing["budget_s"],
-                warmup_s=timing.get("warmup_s", 0.0), batch=timing.get("batch", 8))
+                warmup_s=timing.get("warmup_s", 0.0), batch=timing.get("batch", 8),
+                precision=timing.get("precision", 0.0), min_reps=timing.get("min_reps", 20))
 
 
-def time_side_by_side(candidate, baseline, device: str, *, warmup: int, reps: int,
-                      budget_s: float, warmup_s: float = 0.0, batch: int = 8) -> SideBySide:
+def time_side_by_side(candidate, baseline, device: str, **timing) -> SideBySide:
     """Median timings of ``candidate()`` and ``baseline()``, interleaved (see :func:`time_interleaved`)."""
-    return time_interleaved(candidate, {"baseline": baseline}, device, warmup=warmup, reps=reps,
-                            budget_s=budget_s, warmup_s=warmup_s, batch=batch)["baseline"]
+    return time_interleaved(candidate, {"baseline": baseline}, device, **timing)["baseline"]
 
 
 def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, reps: int,
-                     budget_s: float, warmup_s: float = 0.0, batch: int = 8,
-                     samples: list[list[float]] | None = None) -> dict[str, SideBySide]:
+                     budget_s: float, warmup_s: float = 0.0, batch: int = 8, precision: float = 0.0,
+                     min_reps: int = 20, samples: list[list[float]] | None = None) -> dict[str, SideBySide]:
     """The candidate timed against each baseline, all interleaved call by call.
 
     One round calls the candidate and every baseline once, in an order that
@@ -91,6 +90,10 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
     ``samples`` (per callable, candidate first) goes on from an earlier round of the same
     callables, extended in place: ``reps`` counts the rounds it holds (racing's short round
     becomes the start of the full one).
+
+    ``precision`` > 0 stops after a batch once at least ``min_reps`` rounds are in and every
+    baseline's ratio noise (:func:`ratio_noise`) is at most ``precision``: a stable kernel is
+    not timed longer than its speedup needs.
     """
     names = list(baselines)
     calls = [candidate, *(baselines[n] for n in names)]
@@ -117,6 +120,9 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
             for slot, i in enumerate(order):
                 samples[i].append(times[k * width + slot])
         if len(samples[0]) >= 3 and time.monotonic() > deadline:
+            break
+        if precision > 0 and len(samples[0]) >= min_reps and all(
+                ratio_noise(samples[0], samples[j]) <= precision for j in range(1, width)):
             break
     cand = summarize(samples[0])
     out = {}

@@ -382,3 +382,48 @@ def test_roofline_peaks_come_from_the_evaluator_never_from_a_candidate_writable_
     assert (given.bytes_per_s, given.flops_per_s, given.source) == (3e12, 9e14, "measured on H100")
     assert peaks_for({"bytes_per_s": 1, "flops_per_s": 2}).source == "configured"
 
+
+
+def test_timing_stops_once_the_speedup_is_precise_enough_and_not_before_min_reps(monkeypatch):
+    import itertools
+    import time
+    import types
+
+    from evaluator import timing
+    from evaluator.timing import time_interleaved
+
+    now = [0.0]
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0],
+                                                              monotonic=time.monotonic))
+
+    def sleeper(durations_ms):
+        durations = itertools.cycle(durations_ms)
+        return lambda: now.__setitem__(0, now[0] + next(durations) / 1e3)
+
+    args = dict(warmup=1, reps=40, budget_s=600.0, batch=1)
+    steady = time_interleaved(sleeper([2]), {"r": sleeper([4])}, "cpu", **args, precision=0.01, min_reps=6)["r"]
+    assert steady.candidate.samples == 6 and steady.ratio == pytest.approx(2.0) and steady.noise < 1e-9
+    # A candidate whose calls vary keeps its speedup noisy: every rep is taken.
+    jumpy = time_interleaved(sleeper([2, 3, 5]), {"r": sleeper([4])}, "cpu", **args, precision=0.01, min_reps=6)["r"]
+    assert jumpy.candidate.samples == 40 and jumpy.noise > 0.01
+    # Off (0): reps, however steady.
+    assert time_interleaved(sleeper([2]), {"r": sleeper([4])}, "cpu", **args)["r"].candidate.samples == 40
+
+
+def test_an_evaluation_says_how_many_reps_it_timed_and_guards_calls_that_ran(evaluator, settings_restored):
+    from evaluator.settings import TimingSettings
+
+    loose = TimingSettings(warmup=1, reps=60, budget_s=120.0, batch=1, precision=0.5, min_reps=5)
+    result = _with(evaluator, cpu_timing=loose).evaluate("double", TASK, candidate())
+    assert result.status is Status.CORRECT, result.reason
+    reps = result.extra["timed_reps"]
+    assert 5 <= reps < 60
+    guarded = result.extra["timed_checks"]["guarded_calls"]
+    # The first call, three drawn from the calls sure to run (warm-up and min_reps), one per doubling
+    # reached, and the first of the round checked after the last: none beyond the calls made.
+    made = 1 + reps + result.extra["timed_checks"]["input_sets"]
+    assert guarded[0] == 1 and len([n for n in guarded if n <= 1 + 5]) >= 4 and max(guarded) <= made
+    with pytest.raises(ValueError, match="precision"):
+        EvaluatorSettings(timing=TimingSettings(precision=1.0))
+    with pytest.raises(ValueError, match="min_reps"):
+        EvaluatorSettings(cpu_timing=TimingSettings(min_reps=2))
