@@ -99,3 +99,30 @@ def test_garbage_reply_is_not_a_child(builtin_tasks):
         op = LLMMutation(client=LLMClient(model="openai/scripted", api_base=server.api_base, retries=0))
         proposal = op.propose(context(builtin_tasks), np.random.default_rng(0))
     assert proposal.source is None and "no Python code block" in proposal.note
+
+
+def test_a_parent_that_spills_registers_gets_no_child_with_more_work_per_thread(builtin_tasks):
+    from evaluator import EvalResult, Status
+
+    ctx = context(builtin_tasks)
+    ctx.parent.source = "K0_NUM_WARPS = 4\nK0_BLOCK_M = 128\nK0_NUM_STAGES = 3\n"
+    op, rng = TunableConstantMutation(max_changes=3), np.random.default_rng(0)
+
+    def moves() -> dict[str, set[int]]:
+        seen: dict[str, set[int]] = {}
+        for _ in range(60):
+            proposal = op.propose(ctx, rng)
+            for t in find_tunables(proposal.source):
+                seen.setdefault(t.name, set()).add(t.value)
+        return seen
+
+    free = moves()
+    assert min(free["K0_NUM_WARPS"]) < 4 and max(free["K0_BLOCK_M"]) > 128  # both ways, without spills
+    ctx.parent.result = EvalResult(status=Status.CORRECT, speedup=0.5, spills=50)
+    spilling = moves()
+    assert min(spilling["K0_NUM_WARPS"]) == 4 and max(spilling["K0_NUM_WARPS"]) > 4
+    assert max(spilling["K0_BLOCK_M"]) == 128 and min(spilling["K0_BLOCK_M"]) < 128
+    assert spilling["K0_NUM_STAGES"] == {2, 3, 4}  # stages move either way
+    ctx.parent.source = "NUM_WARPS = 32\n"  # already the most warps: nothing is left to try
+    proposal = op.propose(ctx, rng)
+    assert proposal.source is None and "spills registers" in proposal.note
