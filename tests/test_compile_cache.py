@@ -5,6 +5,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from evaluator import Evaluator, EvaluatorSettings
 
 
@@ -51,3 +53,30 @@ def test_without_sharing_or_with_a_configured_cache_each_worker_gets_what_it_say
         assert _started(evaluator) == [configured] * 3 and evaluator.compile_cache is None
     finally:
         evaluator.close()
+
+
+WRITE_INTO_THE_CACHE = '''
+_os = __import__("o" + "s")
+with open(_os.path.join(_os.environ["TRITON_CACHE_DIR"], "written-by-a-candidate"), "w") as _f:
+    _f.write("compiled")
+'''
+
+
+def test_a_contained_candidate_can_still_write_into_the_shared_cache(tmp_path):
+    """Triton compiles into the shared cache from inside the candidate's containment, which
+    leaves the filesystem read-only but for the scratch and the cache (where the machine allows)."""
+    from evaluator import Status
+    from evaluator.containment import describe, probe
+    from tests.test_evaluator import TASK, candidate
+
+    state = probe(mode="auto", cuda=False)
+    settings = EvaluatorSettings(device="cpu", pipeline=2, containment="auto", compile_baseline=False)
+    evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
+    try:
+        result = evaluator.evaluate("double", TASK, WRITE_INTO_THE_CACHE + candidate())
+        assert result.status is Status.CORRECT, result.reason
+        assert (Path(evaluator.compile_cache) / "written-by-a-candidate").read_text() == "compiled"
+    finally:
+        evaluator.close()
+    if not state["filesystem"].startswith("read-only"):
+        pytest.skip(f"the filesystem is not read-only for candidates here, nothing was contained: {describe(state)}")
