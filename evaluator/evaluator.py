@@ -60,8 +60,10 @@ class Evaluator:
 
     def _warm_start(self) -> None:
         """Start every worker (the pipeline's, and the baseline's if one will be measured), each in a
-        thread, then measure the GPU's roofline peaks on the first free one (alone, under the gate):
-        while the run checks its tasks, not in the first evaluations (EvaluatorSettings.warm_start)."""
+        thread, and try its candidates' containment (``settle``: up to three trial children, CUDA
+        started in each on a GPU, 0.7 s on an H100 host), then measure the GPU's roofline peaks on the
+        first free one (alone, under the gate): while the run checks its tasks, not in the first
+        evaluations (EvaluatorSettings.warm_start)."""
         if self._baseline_cached():
             with self._baseline_worker_lock:
                 self._made_baseline_worker()
@@ -70,6 +72,7 @@ class Evaluator:
         def warm(worker: SandboxWorker, peaks: bool) -> None:
             try:
                 worker.ensure_started()
+                self._request("settle", "", "", worker=worker)
                 if peaks:
                     with self._draining:
                         taken = self._idle.get()
@@ -120,7 +123,8 @@ class Evaluator:
         reply = (worker or self.worker).request(message, self.settings.timeout_s)
         if kind != "evaluate" and ("sandbox" in reply or "harness_error" in reply):
             what = {"check_task": "the reference", "compile_seed": "deriving the seed",
-                    "roofline_peaks": "measuring the GPU's peaks"}.get(kind, "the torch.compile baseline")
+                    "roofline_peaks": "measuring the GPU's peaks",
+                    "settle": "trying the candidates' containment"}.get(kind, "the torch.compile baseline")
             if reply.get("sandbox") == "timeout":
                 error = f"{what} did not finish within evaluator.timeout_s={self.settings.timeout_s:g} s"
             else:

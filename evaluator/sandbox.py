@@ -29,8 +29,9 @@ _ALLOWED_ENV = (
 )
 
 # Requests through the timing gate, if any: those that time on the GPU, and those that may run while
-# another times (a task's preparation during a search): their start and compiles spared, their GPU work stopped.
-GATED = ("evaluate", "compile_baseline", "roofline_peaks", "check_task", "compile_seed")
+# another times (a task's preparation during a search; the containment trial, ``settle``, a start's
+# host work): their start and compiles spared, their GPU work stopped.
+GATED = ("evaluate", "compile_baseline", "roofline_peaks", "check_task", "compile_seed", "settle")
 
 
 def worker_environment(device: str, cuda_index: int | None, scratch: Path, cache_dir: Path) -> dict:

@@ -158,11 +158,15 @@ def _writable(request: dict) -> list[str]:
 _settled: dict[tuple, dict] = {}
 
 
+def _settle_key(request: dict) -> tuple:
+    return (bool(request.get("isolate_network")), request.get("containment", "auto"),
+            str(request.get("device", "cpu")).startswith("cuda"))
+
+
 def _containment_off(request: dict) -> dict:
     """Why children must not try namespaces, or Landlock, here (empty where they may), tried once per
     setting and device (with CUDA's driver started in the trial on a GPU)."""
-    key = (bool(request.get("isolate_network")), request.get("containment", "auto"),
-           str(request.get("device", "cpu")).startswith("cuda"))
+    key = _settle_key(request)
     if key not in _settled:
         state = containment.settle(_writable(request), network=key[0], mode=key[1], cuda=key[2])
         _settled[key] = {"namespaces_off": state.get("namespaces_off") or state.get("error") or "",
@@ -374,6 +378,10 @@ def main() -> None:
         request = json.loads(line)
         request["scratch"] = str(scratch)
         request["environment"] = environment
+        if request.get("kind") == "settle":  # the Evaluator's warm start: not in the first evaluation
+            tried_now = _settle_key(request) not in _settled
+            _send(protocol, {"ok": True, "containment_off": _containment_off(request), "tried_now": tried_now})
+            continue
         _send(protocol, run_isolated(request, scratch, lambda message: _send(protocol, message)))
 
 

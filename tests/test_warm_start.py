@@ -107,3 +107,26 @@ def test_the_baseline_worker_is_warm_started_where_a_cached_baseline_will_be_mea
         assert live._baseline_worker is None  # compiled in each evaluation: no worker of its own
     finally:
         live.close()
+
+
+def test_the_warm_start_tries_the_containment_so_the_first_evaluation_does_not(tmp_path):
+    settings = EvaluatorSettings(device="cpu", warm_start=True, pipeline=2, compile_baseline=False)
+    evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
+    try:
+        for thread in evaluator._warming:
+            thread.join()
+        for worker in evaluator.workers:  # each worker already holds the trial's outcome
+            again = evaluator._request("settle", "", "", worker=worker)
+            assert again["ok"] and again["tried_now"] is False, again
+        result = evaluator.evaluate("double", TASK, candidate())
+        assert result.status is Status.CORRECT, result.reason
+        off = again["containment_off"]
+        assert result.extra["containment"].get("namespaces_off", "") == off["namespaces_off"]
+    finally:
+        evaluator.close()
+    cold = Evaluator(EvaluatorSettings(device="cpu", compile_baseline=False), "cpu", scratch_root=str(tmp_path))
+    try:
+        first = cold._request("settle", "", "", worker=cold.worker)  # no warm start: tried by this request
+        assert first["ok"] and first["tried_now"] is True
+    finally:
+        cold.close()
