@@ -14,7 +14,6 @@ allows, and set aside when none can come.
 from __future__ import annotations
 
 import itertools
-import sys
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Callable, NamedTuple
@@ -29,7 +28,7 @@ from evo.inspiration import BestThenRandom, Inspiration
 from evo.kernel_source import normalized_hash
 from evo.late_baselines import LateBaselines
 from evo.loop_state import LoopState
-from evo.pacing import Pacing
+from evo.pacing import Pacing, switch_interval
 from evo.program import SEED, SEED_OPERATORS, Program
 from evo.run_settings import RunSettings
 from evo.scheduler import MAX_LOST_EVALUATIONS, EvaluationQueue
@@ -38,7 +37,7 @@ from evo.selection import Selection, Uniform
 from evo.startup import Prepared
 from evo.task import Task
 from islands.migration import MigrationSettings, migration_round
-from islands.stagnation import RESEEDS_META, Stagnation
+from islands.stagnation import Stagnation
 from operators.base import Context, Proposal
 from operators.steering import LLMSteering
 
@@ -106,13 +105,11 @@ class Controller:
         self.children_done = self.archive.child_evaluation_count()
         self.late_baselines.resumed(self.tasks)  # rows of a session that ended before their baseline
         self._ready = {name for name in self.tasks if self.archive.has_elites(name)}
-        if self.migration.reseed_after > 0 and self.backend.island_count > 1:
-            self.stagnation = Stagnation.replay(self.migration.reseed_after,
-                                                self.archive.evaluation_outcomes(list(self.tasks)),
-                                                self.archive.get_meta(RESEEDS_META))
-            for task, island in self.stagnation.stagnant():  # a run stopped before it could reseed them
-                if island < self.backend.island_count:
-                    self._reseed(task, island)
+        self.stagnation = Stagnation.of_run(self.archive, list(self.tasks), self.migration.reseed_after,
+                                            self.backend.island_count)
+        for task, island in self.stagnation.stagnant():  # a run stopped before it could reseed them
+            if island < self.backend.island_count:
+                self._reseed(task, island)
         for program in self.archive.pending():  # in flight when the last run stopped
             if program.task in self.tasks:
                 self._evaluations.add(program)
@@ -150,13 +147,8 @@ class Controller:
         # island and evaluator threads of this process compute: a GIL switch interval of 0.5 ms, not 5,
         # gives it back sooner.  Offline proposals are all computation: there it only costs
         # (experiments/proposal_rate_bench.md).
-        interval = sys.getswitchinterval()
-        if self.steering is not None:
-            sys.setswitchinterval(min(interval, 0.0005))
-        try:
+        with switch_interval(0.0005 if self.steering is not None else None):
             self._run()
-        finally:
-            sys.setswitchinterval(interval)
 
     def _run(self) -> None:
         self._start()
@@ -194,9 +186,8 @@ class Controller:
     def _submit(self, worker: int, program: Program) -> Future:
         task = self.tasks[program.task]
         bar = self._race_bar(program) if getattr(self.backend, "races", False) else None
-        if bar is None:
-            return self.backend.evaluate(worker, task.name, task.source, program.source)
-        return self.backend.evaluate(worker, task.name, task.source, program.source, race_bar=bar)
+        raced = {"race_bar": bar} if bar is not None else {}  # backends that do not race take no bar
+        return self.backend.evaluate(worker, task.name, task.source, program.source, **raced)
 
     def _race_bar(self, program: Program) -> float | None:
         """The speedup a child races against: its first parent's (None for seeds and repairs of

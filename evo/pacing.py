@@ -1,8 +1,10 @@
 """How much work the run loop keeps queued: back-pressure from how long proposals and evaluations take."""
 from __future__ import annotations
 
+import sys
 import time
 from concurrent.futures import Future
+from contextlib import contextmanager
 
 
 class Pacing:
@@ -29,3 +31,15 @@ class Pacing:
         if proposal_s and evaluation_s:
             return max(2 * self.evaluators, int(self.evaluators * proposal_s / evaluation_s))
         return 2 * self.evaluators
+
+
+@contextmanager
+def switch_interval(seconds: float | None):
+    """The interpreter's GIL switch interval at most ``seconds`` inside the block (None: unchanged)."""
+    before = sys.getswitchinterval()
+    if seconds is not None:
+        sys.setswitchinterval(min(before, seconds))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)

@@ -35,6 +35,14 @@ class Stagnation:
         self._islands: dict[tuple[str, int], _Island] = {}
 
     @classmethod
+    def of_run(cls, archive, tasks: list[str], after: int, islands: int) -> "Stagnation":
+        """A run's stagnation at its start: replayed from its archive where reseeding is on (``after``
+        > 0, several islands), else one that never finds an island stagnant."""
+        if after <= 0 or islands < 2:
+            return cls(0)
+        return cls.replay(after, archive.evaluation_outcomes(tasks), archive.get_meta(RESEEDS_META))
+
+    @classmethod
     def replay(cls, after: int, outcomes, reseeds_json: str | None) -> "Stagnation":
         """The state after ``outcomes`` (``Archive.evaluation_outcomes``) and the saved reseeds."""
         stagnation = cls(after, json.loads(reseeds_json) if reseeds_json else {})

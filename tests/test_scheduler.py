@@ -1,5 +1,8 @@
-"""The evaluation queue (evo.scheduler): order, idle workers, lost evaluations, sources under way."""
+"""The evaluation queue (evo.scheduler): order, idle workers, lost evaluations, sources under way; and
+the run loop's GIL switch interval (evo.pacing)."""
 from concurrent.futures import Future
+
+import pytest
 
 from evo.pacing import Pacing
 from evo.program import Program
@@ -60,3 +63,19 @@ def test_a_source_is_under_way_until_its_result_is_recorded():
     assert queue.under_way("gelu", "h1")  # back, not yet recorded
     queue.recorded(prog)
     assert not queue.under_way("gelu", "h1") and not queue
+
+
+def test_the_switch_interval_is_lowered_inside_the_block_and_restored_after_it():
+    import sys
+
+    from evo.pacing import switch_interval
+
+    before = sys.getswitchinterval()
+    with switch_interval(before / 10):
+        assert sys.getswitchinterval() == pytest.approx(before / 10)
+    assert sys.getswitchinterval() == before
+    with pytest.raises(RuntimeError), switch_interval(before / 10):
+        raise RuntimeError("the run loop failed")
+    assert sys.getswitchinterval() == before
+    with switch_interval(None):  # offline operators: left as it is
+        assert sys.getswitchinterval() == before
