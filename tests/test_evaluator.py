@@ -297,83 +297,6 @@ def test_candidates_have_no_network(evaluator):
     server.close()
 
 
-def test_interleaved_timing_pairs_each_baseline_with_the_candidate(monkeypatch):
-    import time
-    import types
-
-    from evaluator import timing
-    from evaluator.timing import time_interleaved
-
-    # A clock that only the callables move: the ratios are exact, however loaded the machine.
-    now = [0.0]
-    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0],
-                                                              monotonic=time.monotonic))
-
-    def sleeper(ms):
-        return lambda: now.__setitem__(0, now[0] + ms / 1e3)
-
-    timed = time_interleaved(sleeper(2), {"twice": sleeper(4), "thrice": sleeper(6)}, "cpu",
-                             warmup=1, reps=9, budget_s=600.0, batch=1)
-    assert set(timed) == {"twice", "thrice"}
-    assert timed["twice"].candidate is timed["thrice"].candidate and timed["twice"].candidate.samples == 9
-    assert timed["twice"].ratio == pytest.approx(2.0) and timed["thrice"].ratio == pytest.approx(3.0)
-
-
-def test_a_second_round_goes_on_from_the_samples_of_the_first(monkeypatch):
-    import time
-    import types
-
-    from evaluator import timing
-    from evaluator.timing import time_interleaved
-
-    now, calls = [0.0], []
-    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0],
-                                                              monotonic=time.monotonic))
-
-    def sleeper(name, ms):
-        return lambda: calls.append(name) or now.__setitem__(0, now[0] + ms / 1e3)
-
-    raw = [[], []]
-    first = time_interleaved(sleeper("c", 2), {"r": sleeper("r", 5)}, "cpu", warmup=1, reps=3,
-                             budget_s=600.0, batch=1, samples=raw)
-    assert first["r"].candidate.samples == 3 and len(calls) == 2 * (1 + 3)
-    calls.clear()
-    full = time_interleaved(sleeper("c", 2), {"r": sleeper("r", 5)}, "cpu", warmup=0, reps=10,
-                            budget_s=600.0, batch=1, samples=raw)
-    assert len(calls) == 2 * 7  # only the rounds the first did not take, no warm-up
-    assert full["r"].candidate.samples == 10 and len(raw[1]) == 10 and full["r"].ratio == pytest.approx(2.5)
-    with pytest.raises(ValueError, match="one list per callable"):
-        time_interleaved(sleeper("c", 2), {"r": sleeper("r", 5)}, "cpu", warmup=0, reps=4,
-                         budget_s=1.0, samples=[[1.0], []])
-
-
-def test_a_batch_queued_for_longer_than_the_gpu_spun_is_timed_again_behind_a_longer_spin():
-    from evaluator.timing import next_lead
-
-    assert next_lead(0.3, 1.0) == (False, 1.0)  # queued well inside the spin; the floor holds
-    assert next_lead(0.8, 1.0) == (False, 1.6)  # inside, but the next spin keeps twice the margin
-    assert next_lead(1.5, 1.0) == (True, 3.0)  # the GPU may have waited: again, behind a longer spin
-    assert next_lead(400.0, 1.0) == (True, 100.0)  # a candidate that synchronises: capped
-
-
-def test_timed_calls_of_one_round_take_the_same_input_set():
-    import torch
-
-    from evaluator.timed_checks import in_turn as _in_turn
-    from evaluator.timing import time_interleaved
-
-    seen = {"candidate": [], "reference": []}
-    sets = [[torch.full((2,), float(k))] for k in range(3)]
-
-    def recorder(name):
-        return lambda x: seen[name].append(int(x[0])) or x
-
-    time_interleaved(_in_turn(recorder("candidate"), sets, "timing"),
-                     {"reference": _in_turn(recorder("reference"), sets, "reference timing")}, "cpu",
-                     warmup=2, reps=7, budget_s=5.0, batch=1)
-    assert seen["candidate"] == seen["reference"] == [k % 3 for k in range(9)]
-
-
 def test_roofline_peaks_come_from_the_evaluator_never_from_a_candidate_writable_file():
     from evaluator.roofline import peaks_for
 
@@ -381,33 +304,6 @@ def test_roofline_peaks_come_from_the_evaluator_never_from_a_candidate_writable_
     given = peaks_for({"bytes_per_s": 3e12, "flops_per_s": 9e14, "source": "measured on H100"})
     assert (given.bytes_per_s, given.flops_per_s, given.source) == (3e12, 9e14, "measured on H100")
     assert peaks_for({"bytes_per_s": 1, "flops_per_s": 2}).source == "configured"
-
-
-
-def test_timing_stops_once_the_speedup_is_precise_enough_and_not_before_min_reps(monkeypatch):
-    import itertools
-    import time
-    import types
-
-    from evaluator import timing
-    from evaluator.timing import time_interleaved
-
-    now = [0.0]
-    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0],
-                                                              monotonic=time.monotonic))
-
-    def sleeper(durations_ms):
-        durations = itertools.cycle(durations_ms)
-        return lambda: now.__setitem__(0, now[0] + next(durations) / 1e3)
-
-    args = dict(warmup=1, reps=40, budget_s=600.0, batch=1)
-    steady = time_interleaved(sleeper([2]), {"r": sleeper([4])}, "cpu", **args, precision=0.01, min_reps=6)["r"]
-    assert steady.candidate.samples == 6 and steady.ratio == pytest.approx(2.0) and steady.noise < 1e-9
-    # A candidate whose calls vary keeps its speedup noisy: every rep is taken.
-    jumpy = time_interleaved(sleeper([2, 3, 5]), {"r": sleeper([4])}, "cpu", **args, precision=0.01, min_reps=6)["r"]
-    assert jumpy.candidate.samples == 40 and jumpy.noise > 0.01
-    # Off (0): reps, however steady.
-    assert time_interleaved(sleeper([2]), {"r": sleeper([4])}, "cpu", **args)["r"].candidate.samples == 40
 
 
 def test_an_evaluation_says_how_many_reps_it_timed_and_guards_calls_that_ran(evaluator, settings_restored):
