@@ -2,12 +2,12 @@
 share one, so that a kernel a child keeps unchanged from its parent is compiled once, not once per
 worker; the torch.compile baseline's worker keeps its own, out of candidates' reach."""
 import os
-import time
 from pathlib import Path
 
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings
+from tests.test_warm_start import warmed
 
 
 def _triton_cache_of(pid: int) -> str:
@@ -17,10 +17,7 @@ def _triton_cache_of(pid: int) -> str:
 
 
 def _started(evaluator: Evaluator) -> list:
-    workers = [*evaluator.workers, evaluator._baseline_worker]
-    deadline = time.monotonic() + 120
-    while any(w.pid() is None for w in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    workers = [*warmed(evaluator).workers, evaluator._baseline_worker]
     assert all(w.pid() for w in workers), "the warm start did not start every worker"
     return [_triton_cache_of(w.pid()) for w in workers]
 

@@ -11,6 +11,13 @@ from tests.test_durability import sandbox_workers  # this test's live workers, b
 from tests.test_evaluator import TASK, candidate
 
 
+def warmed(evaluator: Evaluator) -> Evaluator:
+    """``evaluator`` once its warm start is over (its threads joined: each worker started and settled)."""
+    for thread in evaluator._warming:
+        thread.join()
+    return evaluator
+
+
 def test_warm_start_defaults_to_gpus_only():
     assert EvaluatorSettings().warm_start is None
     evaluator = Evaluator(EvaluatorSettings(device="cpu"), "cpu")
@@ -24,10 +31,7 @@ def test_a_warm_started_pipeline_runs_before_its_first_evaluation_and_is_not_sta
     settings = EvaluatorSettings(device="cpu", warm_start=True, pipeline=2, compile_baseline=False)
     evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
     try:
-        deadline = time.monotonic() + 120
-        while any(w.pid() is None for w in evaluator.workers) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        pids = [w.pid() for w in evaluator.workers]
+        pids = [w.pid() for w in warmed(evaluator).workers]
         assert all(pids), "the workers did not start before any request"
         result = evaluator.evaluate("double", TASK, candidate())
         assert result.status is Status.CORRECT, result.reason
@@ -113,9 +117,7 @@ def test_the_warm_start_tries_the_containment_so_the_first_evaluation_does_not(t
     settings = EvaluatorSettings(device="cpu", warm_start=True, pipeline=2, compile_baseline=False)
     evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
     try:
-        for thread in evaluator._warming:
-            thread.join()
-        for worker in evaluator.workers:  # each worker already holds the trial's outcome
+        for worker in warmed(evaluator).workers:  # each worker already holds the trial's outcome
             again = evaluator._request("settle", "", "", worker=worker)
             assert again["ok"] and again["tried_now"] is False, again
         result = evaluator.evaluate("double", TASK, candidate())
