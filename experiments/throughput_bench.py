@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import statistics
 import threading
@@ -72,8 +73,28 @@ def load_seeds(paths: list[str]) -> dict[str, str]:
     return seeds
 
 
+def variants_of(task: str, task_source: str, seed: str, count: int, rng, result=None) -> list[tuple[str, str, str]]:
+    """``count`` children of the seed from the tunable-constant operator; ``result``: the seed's
+    evaluation, which the operator reads as a search's would (no child that spills more, say)."""
+    mutate, out = TunableConstantMutation(), []
+    parent = Program(id=0, task=task, island=0, generation=0, operator="seed", source=seed, result=result)
+    for _ in range(count):
+        try:
+            out.append((task, task_source, mutate.propose(Context(task, task_source, parent), rng).source))
+        except Exception as exc:  # a seed without tunable constants
+            print(f"{task}: no variant ({type(exc).__name__}: {exc})")
+            break
+    return out
+
+
+def changed_lines(parent: str, child: str) -> list[str]:
+    """The child's lines that differ from its parent's (what the operator tuned), for the record."""
+    return [line[1:].strip() for line in difflib.unified_diff(parent.splitlines(), child.splitlines(), lineterm="", n=0)
+            if line.startswith("+") and not line.startswith("+++")]
+
+
 def candidates(problems: list[Path], seeds: dict[str, str], variants: int) -> list[tuple[str, str, str]]:
-    rng, mutate, per_problem = np.random.default_rng(0), TunableConstantMutation(), []
+    rng, per_problem = np.random.default_rng(0), []
     for path in problems:
         seed = seeds.get(path.stem)
         if seed is None and (path.parent / "seeds" / path.name).exists():
@@ -82,29 +103,24 @@ def candidates(problems: list[Path], seeds: dict[str, str], variants: int) -> li
             print(f"{path.stem}: no seed, left out")
             continue
         source = path.read_text()
-        parent = Program(id=0, task=path.stem, island=0, generation=0, operator="seed", source=seed)
-        own = [(path.stem, source, seed)]
-        for _ in range(variants):
-            try:
-                own.append((path.stem, source, mutate.propose(Context(path.stem, source, parent), rng).source))
-            except Exception as exc:  # a seed without tunable constants
-                print(f"{path.stem}: no variant ({type(exc).__name__}: {exc})")
-                break
-        per_problem.append(own)
+        per_problem.append([(path.stem, source, seed), *variants_of(path.stem, source, seed, variants, rng)])
     longest = max(map(len, per_problem), default=0)
     return [own[i] for i in range(longest) for own in per_problem if i < len(own)]  # round robin
 
 
 def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, save, blocks: bool = False,
-             late_baseline: bool = True) -> None:
+             late_baseline: bool = True, children: int = 0) -> None:
     """Score ``work`` in order with as many evaluations in flight as the evaluator's pipeline; with
     ``blocks``, one problem after another, each problem's block timed on its own (``record["blocks"]``).
-    ``late_baseline``: as ``evo run``, results do not wait for their task's torch.compile baseline."""
+    ``late_baseline``: as ``evo run``, results do not wait for their task's torch.compile baseline.
+    ``children`` (with ``blocks``): each block scores its seed alone, then that many children
+    proposed from the seed and its result (``variants_of``), as a search's first generation."""
     evaluator = Evaluator(settings, DEVICE, 0 if DEVICE == "cuda" else None)
     for worker in evaluator.workers:  # import torch before the clock starts, as a run's warm workers
         worker.start()
     pending, lock = [], threading.Lock()
     seed_speedups: dict[str, float] = {}  # the bar a task's variants race against (evaluator.race)
+    seed_results: dict = {}
     rows = record.setdefault("evaluations", [])
     record["pipeline"] = evaluator.depth
 
@@ -117,8 +133,10 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
                 bar = seed_speedups.get(task)
             sent = time.monotonic()
             result = evaluator.evaluate(task, task_source, source, race_bar=bar, late_baseline=late_baseline)
-            if bar is None and result.speedup:
-                seed_speedups.setdefault(task, result.speedup)
+            if bar is None:
+                seed_results.setdefault(task, result)
+                if result.speedup:
+                    seed_speedups.setdefault(task, result.speedup)
             phases = result.extra.get("phases", {})
             with lock:
                 rows.append({"task": task, "status": result.status.value, "reason": result.reason[:300],
@@ -137,7 +155,14 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
         groups.setdefault(item[0] if blocks else "", []).append(item)
     sampler, began = UtilisationSampler(0, enabled=DEVICE == "cuda"), time.monotonic()
     for task, group in groups.items():
-        pending[:], started = list(reversed(group)), time.monotonic()
+        started = time.monotonic()
+        if children and blocks:
+            pending[:] = [group[0]]
+            drain()
+            task, task_source, seed = group[0]
+            group = variants_of(task, task_source, seed, children, np.random.default_rng(0), seed_results.get(task))
+            record.setdefault("children", {})[task] = [changed_lines(seed, source) for _, _, source in group]
+        pending[:] = list(reversed(group))
         threads = [threading.Thread(target=drain) for _ in range(evaluator.slots)]
         for thread in threads:
             thread.start()
@@ -146,7 +171,7 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
         if blocks:
             done = sorted(r["done_at"] for r in rows if r["task"] == task and r["done_at"] >= started)
             record.setdefault("blocks", {})[task] = {
-                "elapsed_s": time.monotonic() - started, "evaluations": len(group),
+                "elapsed_s": time.monotonic() - started, "evaluations": len(done),
                 # After the first result, one per this long: the pipeline full, the task's start paid.
                 "steady_s": (done[-1] - done[0]) / (len(done) - 1) if len(done) > 1 else None}
     record["elapsed_s"] = time.monotonic() - began
@@ -232,12 +257,19 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--blocks", action="store_true",
                         help="one problem at a time (all its candidates), each block timed on its own")
+    parser.add_argument("--children-of-result", action="store_true",
+                        help="with --blocks: a block scores its seed first, then --variants children proposed "
+                             "from the seed and its result, as a search's first generation (the operator "
+                             "sees, say, that the seed spills registers)")
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    work = candidates([Path(p) for p in args.problems], load_seeds(args.seeds_from), args.variants)
+    if args.children_of_result and not args.blocks:
+        parser.error("--children-of-result needs --blocks")
+    children = args.variants if args.children_of_result else 0
+    work = candidates([Path(p) for p in args.problems], load_seeds(args.seeds_from), 0 if children else args.variants)
     modes = {}
     meta = {"command": " ".join(["python3", *sys.argv]), "candidates": len(work)}
     try:
@@ -253,7 +285,7 @@ def main() -> None:
     for text in args.mode or ["default:"]:
         name, settings, late = parse_mode(text)
         modes[name] = {"settings": text.partition(":")[2] or "defaults"}
-        run_mode(name, settings, work, modes[name], save, blocks=args.blocks, late_baseline=late)
+        run_mode(name, settings, work, modes[name], save, blocks=args.blocks, late_baseline=late, children=children)
         summarise(modes[name])
         save()
         (out / "throughput.md").write_text(markdown(modes, meta))
