@@ -360,9 +360,15 @@ class Evaluator:
             for worker in held:
                 self._idle.put(worker)
 
-    def close(self) -> None:
-        for thread in self._warming:  # a worker started after its close would outlive the evaluator
+    def wait_warm(self) -> None:
+        """Returns once the warm start is over: every worker started and settled, the peaks measured
+        (at once without a warm start).  A benchmark starts its clock here, as a run's first
+        evaluations come after its task checks, which the warm start runs beside."""
+        for thread in self._warming:
             thread.join()
+
+    def close(self) -> None:
+        self.wait_warm()  # a worker started after its close would outlive the evaluator
         for worker in [*self.workers, *([self._baseline_worker] if self._baseline_worker else [])]:
             worker.close()
         if self.compile_cache:

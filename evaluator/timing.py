@@ -97,17 +97,16 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
     """
     names = list(baselines)
     calls = [candidate, *(baselines[n] for n in names)]
-    warm_until = time.monotonic() + warmup_s
-    done = 0
-    while done < warmup or (time.monotonic() < warm_until and done < 10_000):
-        for fn in calls:
-            fn()
-        done += 1
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
     batch = max(1, batch)
     width = len(calls)
     timer = _CudaTimer(torch.device(device), width * batch) if device.startswith("cuda") else _WallTimer()
+    # Warm-up goes through the timer, L2 flushes and all: the GPU reaches the state the timed rounds
+    # keep (a first timed batch after flush-free calls ran slower on an H100: throughput_bench.md, round 11).
+    warm_until = time.monotonic() + warmup_s
+    done = 0
+    while done < warmup or (time.monotonic() < warm_until and done < 10_000):
+        timer.run(calls)
+        done += 1
     if samples is None:
         samples = [[] for _ in calls]  # per callable, in round order
     elif len(samples) != width or len({len(s) for s in samples}) != 1:

@@ -118,6 +118,7 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
     evaluator = Evaluator(settings, DEVICE, 0 if DEVICE == "cuda" else None)
     for worker in evaluator.workers:  # import torch before the clock starts, as a run's warm workers
         worker.start()
+    evaluator.wait_warm()  # a run's warm start is over by its first evaluation (beside its task checks)
     pending, lock = [], threading.Lock()
     seed_speedups: dict[str, float] = {}  # the bar a task's variants race against (evaluator.race)
     seed_results: dict = {}

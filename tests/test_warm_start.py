@@ -12,9 +12,8 @@ from tests.test_evaluator import TASK, candidate
 
 
 def warmed(evaluator: Evaluator) -> Evaluator:
-    """``evaluator`` once its warm start is over (its threads joined: each worker started and settled)."""
-    for thread in evaluator._warming:
-        thread.join()
+    """``evaluator`` once its warm start is over (each worker started and settled)."""
+    evaluator.wait_warm()
     return evaluator
 
 
