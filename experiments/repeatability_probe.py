@@ -27,6 +27,7 @@ SETTINGS = {  # name: (what it is, the settings)
     "sets4": ("as default, 4 input sets in turn", TimingSettings(warmup_s=0.2, input_sets=4)),
     "precise": ("as default, stopped after 20 reps once the speedup's noise is at most 0.5%",
                 TimingSettings(warmup_s=0.2, precision=0.005)),
+    "precise40": ("as precise, at least 40 reps", TimingSettings(warmup_s=0.2, precision=0.005, min_reps=40)),
     "nowarmup": ("as default, no warm-up time (3 warm-up calls only)", TimingSettings(warmup_s=0.0)),
 }
 
