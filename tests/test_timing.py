@@ -89,3 +89,13 @@ def test_timing_stops_once_the_speedup_is_precise_enough_and_not_before_min_reps
     assert jumpy.candidate.samples == 40 and jumpy.noise > 0.01
     # Off (0): reps, however steady.
     assert time_interleaved(sleeper(2), {"r": sleeper(4)}, "cpu", **args)["r"].candidate.samples == 40
+
+
+def test_the_warm_up_goes_through_the_timer_as_the_timed_rounds_do(sleeper, monkeypatch):
+    # On a GPU the timer flushes the L2 and records events around each call: warm-up calls made bare
+    # left the first timed rounds slower than the rest (throughput_bench.md, round 11).
+    batches = []
+    run = timing._WallTimer.run
+    monkeypatch.setattr(timing._WallTimer, "run", lambda self, calls: batches.append(len(calls)) or run(self, calls))
+    timed = time_interleaved(sleeper(2), {"r": sleeper(4)}, "cpu", warmup=3, reps=5, budget_s=600.0, batch=1)
+    assert batches == [2] * (3 + 5) and timed["r"].candidate.samples == 5
