@@ -16,7 +16,9 @@ evaluation at most 1.5 x the timed calls' GPU time + 1 s.
 
 With ``--blocks`` each problem's candidates run in a block of their own, the next problem starting
 once the block's last evaluation is back: a problem's wall per evaluation is then its block's
-elapsed time over its evaluations, pipeline included.
+elapsed time over its evaluations, pipeline included.  With ``--children-of-result`` as well, a
+block scores its seed alone, then ``--variants`` children proposed from the seed and its result
+(the operator then sees, say, that the seed spills registers), as a search's first generation.
 
 Writes ``throughput.json`` (after every evaluation) and ``throughput.md`` under ``--out``.
 """
