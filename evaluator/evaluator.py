@@ -1,6 +1,7 @@
 """The evaluator: scores one candidate kernel of one task, in a sandbox."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import queue
@@ -106,10 +107,7 @@ class Evaluator:
             "kind": kind, "task_name": task_name, "task_source": task_source,
             "device": "cuda" if self.device == "cuda" else "cpu",
             "seeds": list(self.settings.seeds), "cpu_max_numel": self.settings.cpu_max_numel,
-            "timing": {"warmup": timing.warmup, "warmup_s": timing.warmup_s, "reps": timing.reps,
-                       "budget_s": timing.budget_s, "batch": timing.batch, "input_sets": timing.input_sets,
-                       "input_sets_mb": timing.input_sets_mb, "precision": timing.precision,
-                       "min_reps": timing.min_reps},
+            "timing": dataclasses.asdict(timing),  # every TimingSettings field reaches the harness
             "timed_checks": {"samples": self.settings.timed_samples,
                              "triton_share_min": self.settings.triton_share_min} if self.settings.verify_timed else None,
             "noise_floor": self.settings.noise_floor, "roofline_limit": self.settings.roofline_limit,
