@@ -313,7 +313,7 @@ def _evaluate(request: dict, device: str) -> EvalResult:
                               L2_FLUSH_BYTES if device.startswith("cuda") else 0)
     if footprint:
         extra["memory"] = footprint
-    for key in ("compile_baseline_error", "shape_timings", "timed_checks", "timing_round", "timed_reps"):
+    for key in ("compile_baseline_error", "shape_timings", "timed_checks", "timing_round", "timed_reps", "timed_batches"):
         value = measured.pop(key, None)
         if value is not None:
             extra[key] = value

@@ -38,7 +38,7 @@ def measure(request: dict, problem, reference, model, shapes: list[dict], seed: 
             baselines["compiled"] = in_turn(compiled, sets, "torch.compile baseline")
         except Exception as exc:  # a reference the compiler cannot handle has no compiled baseline
             measured["compile_baseline_error"] = baseline.failure(exc)
-    timed, go_on = None, {}
+    timed, go_on, batches = None, {}, {}
     race = request.get("race") or {}
     if race.get("bar") and race["reps"] < timing["reps"]:
         # Racing: a short first round against eager alone; a child clearly slower than the bar (its
@@ -47,7 +47,7 @@ def measure(request: dict, problem, reference, model, shapes: list[dict], seed: 
         raw: list[list[float]] = [[], []]
         with phases.timed("race_s"):
             first = time_interleaved(short, {"reference": baselines["reference"]}, device,
-                                     **dict(timing_args(timing), reps=race["reps"]), samples=raw)
+                                     **dict(timing_args(timing), reps=race["reps"]), samples=raw, stats=batches)
         pair = first["reference"]
         optimistic = pair.ratio * (1 + 2 * max(pair.noise, float(request.get("noise_floor", 0.0))))
         if optimistic < race["bar"] * (1 - race["margin"]):
@@ -63,13 +63,15 @@ def measure(request: dict, problem, reference, model, shapes: list[dict], seed: 
                 measured["timing_round"]["from_short"] = len(raw[0])
     if timed is None:
         with phases.timed("interleaved_s"):  # warm-up, the timed calls, their synchronisations
-            timed = time_interleaved(candidate, baselines, device, **{**timing_args(timing), **go_on})
+            timed = time_interleaved(candidate, baselines, device, **{**timing_args(timing), **go_on}, stats=batches)
     with phases.timed("timed_checks_s"):
         measured["timed_checks"] = _check_timed(request, problem, reference, candidate, timing)
     pair = timed["reference"]
     # The time of the timed calls (GPU time on a GPU; medians times samples): the part of an evaluation
     # spent on what it measures.
     measured["timed_reps"] = pair.candidate.samples  # reps, or fewer: budget_s, racing, timing.precision
+    if batches:  # on a GPU: batches of timed calls, and those run again because the host was late
+        measured["timed_batches"] = batches
     measured["timed_calls_s"] = (pair.candidate.median_ms * pair.candidate.samples + sum(
         side.baseline.median_ms * side.baseline.samples for side in timed.values())) / 1e3
     noise_floor = float(request.get("noise_floor", 0.0))

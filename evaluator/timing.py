@@ -75,7 +75,8 @@ def time_side_by_side(candidate, baseline, device: str, **timing) -> SideBySide:
 
 def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, reps: int,
                      budget_s: float, warmup_s: float = 0.0, batch: int = 8, precision: float = 0.0,
-                     min_reps: int = 20, samples: list[list[float]] | None = None) -> dict[str, SideBySide]:
+                     min_reps: int = 20, samples: list[list[float]] | None = None,
+                     stats: dict | None = None) -> dict[str, SideBySide]:
     """The candidate timed against each baseline, all interleaved call by call.
 
     One round calls the candidate and every baseline once, in an order that
@@ -94,6 +95,9 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
     ``precision`` > 0 stops after a batch once at least ``min_reps`` rounds are in and every
     baseline's ratio noise (:func:`ratio_noise`) is at most ``precision``: a stable kernel is
     not timed longer than its speedup needs.
+
+    ``stats`` (on a GPU) gains the batches run and how many of them were run again because the host
+    was late (``batches``, ``reruns``), added to what it holds.
     """
     names = list(baselines)
     calls = [candidate, *(baselines[n] for n in names)]
@@ -123,6 +127,9 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
         if precision > 0 and len(samples[0]) >= min_reps and all(
                 ratio_noise(samples[0], samples[j]) <= precision for j in range(1, width)):
             break
+    if stats is not None and isinstance(timer, _CudaTimer):
+        stats["batches"] = stats.get("batches", 0) + timer.batches
+        stats["reruns"] = stats.get("reruns", 0) + timer.reruns
     cand = summarize(samples[0])
     out = {}
     for j, name in enumerate(names, start=1):
@@ -150,44 +157,64 @@ class _CudaTimer:
     whole batch, so no timed window ever waits for the host's launch path: for a kernel of a few
     microseconds, Triton's launch path (tens of microseconds of Python) can outlast the L2 flush
     that would otherwise hide it, and the window would then time the host, by an amount that
-    depends on the process.  A batch whose queueing outlasted its spin is timed again behind a
-    longer one.
+    depends on the process.  A batch in which the GPU may have reached a call before the host had
+    queued it (:func:`host_late`) is timed again behind a longer spin.
     """
 
     def __init__(self, device: torch.device, slots: int):
         self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+        self.origin = torch.cuda.Event(enable_timing=True)
         self.events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                        for _ in range(slots)]
         self.cycles_per_ms = spin_rate()
         self.lead_ms = 1.0  # how long the GPU spins while the host queues a batch
+        self.batches = self.reruns = 0
 
     def run(self, calls) -> list[float]:
-        for _ in range(4):
+        for attempt in range(4):
             torch.cuda.synchronize()  # nothing else in flight
+            origin = time.perf_counter()  # the GPU meets the origin event no earlier than this
+            self.origin.record()
             if self.cycles_per_ms:
                 torch.cuda._sleep(int(self.lead_ms * self.cycles_per_ms))
-            queued = time.perf_counter()
+            queued_ms = []  # per call: when the host had queued all of it, ms after the origin
             for fn, (start, end) in zip(calls, self.events):
                 self.flush.zero_()  # evicts L2 outside the timed window
                 start.record()
                 fn()
                 end.record()
-            enqueue_ms = (time.perf_counter() - queued) * 1e3
+                queued_ms.append((time.perf_counter() - origin) * 1e3)
             torch.cuda.synchronize()
-            starved, self.lead_ms = next_lead(enqueue_ms, self.lead_ms)
-            if not starved or not self.cycles_per_ms:
+            reached_ms = [self.origin.elapsed_time(start) for _, (start, _) in zip(calls, self.events)]
+            late, self.lead_ms = host_late(queued_ms, reached_ms), next_lead(queued_ms, reached_ms)
+            self.batches += 1
+            if not late or not self.cycles_per_ms or attempt == 3:
                 break
+            self.reruns += 1
         return [start.elapsed_time(end) for _, (start, end) in zip(calls, self.events)]
 
 
-def next_lead(enqueue_ms: float, lead_ms: float, *, floor_ms: float = 1.0, cap_ms: float = 100.0) -> tuple[bool, float]:
-    """(whether the host may have kept the GPU waiting, the spin for the next batch).
+def host_late(queued_ms: list[float], reached_ms: list[float]) -> bool:
+    """Whether the GPU may have waited for the host inside a timed window.
 
-    The host queued the batch in ``enqueue_ms`` behind a spin of ``lead_ms``: queueing that
-    outlasted the spin may have left the GPU waiting inside a timed window.  The next spin is
-    twice the queueing time, within [floor, cap].
+    ``queued_ms[k]``: host time, from just before the batch's origin event was recorded, by which
+    call k and its end event were queued; ``reached_ms[k]``: GPU time from the origin event to call
+    k's start event.  The GPU met the origin no earlier than the host recorded it, so it reached
+    call k's window no earlier than ``reached_ms[k]`` on the host's clock: a call queued by then
+    kept its window busy.  For a kernel of milliseconds the calls before it cover the host's
+    queueing; for one of microseconds only the spin does.
     """
-    return enqueue_ms >= lead_ms, min(cap_ms, max(floor_ms, 2.0 * enqueue_ms))
+    return any(q > r for q, r in zip(queued_ms, reached_ms))
+
+
+def next_lead(queued_ms: list[float], reached_ms: list[float], *, floor_ms: float = 1.0,
+              cap_ms: float = 100.0) -> float:
+    """The spin for the next batch: twice the longest the host's queueing ran ahead of the GPU's own
+    work in this one (the spin excluded), within [floor, cap]."""
+    if not queued_ms:
+        return floor_ms
+    ahead = max(q - (r - reached_ms[0]) for q, r in zip(queued_ms, reached_ms))
+    return min(cap_ms, max(floor_ms, 2.0 * ahead))
 
 
 @functools.cache  # once per process: each timing (every shape set with time_shapes=all) reuses it

@@ -147,6 +147,7 @@ def run_mode(name: str, settings: EvaluatorSettings, work: list, record: dict, s
                              "speedup": result.speedup, "speedup_vs_compiled": result.speedup_vs_compiled,
                              "timed_window": result.extra.get("timed_window"), "phases": phases,
                              "timing_round": (result.extra.get("timing_round") or {}).get("round"),
+                             "timed_batches": result.extra.get("timed_batches"),
                              "compile_baseline": result.extra.get("compile_baseline"),
                              "done_at": time.monotonic()})
                 print(f"[{name}] {task}: {result.status.value} {rows[-1]['round_trip_s']:.1f} s "

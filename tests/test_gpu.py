@@ -95,6 +95,32 @@ def test_a_slow_launch_path_is_not_timed_as_kernel_time():
     assert 0.7 < pair.ratio < 1.4, pair
 
 
+def test_calls_longer_than_their_launch_are_timed_once_a_tiny_one_behind_a_longer_spin():
+    """A batch is timed again only where the GPU may have reached a call before the host queued it:
+    never for calls of milliseconds, which cover the queueing of those after them."""
+    import time
+
+    import torch
+
+    from evaluator.timing import time_interleaved
+
+    big = torch.zeros(64 << 20, device="cuda")  # 256 MB: a few hundred microseconds per add
+    for stats in ({}, {}):  # the first loads CUDA's kernels (the flush's, the add's) lazily
+        time_interleaved(lambda: big.add_(1.0), {"same": lambda: big.add_(1.0)}, "cuda", warmup=3, reps=64,
+                         budget_s=10.0, stats=stats)
+    assert stats["batches"] >= 8 and stats["reruns"] == 0, stats
+
+    x, stats = torch.zeros(1024, device="cuda"), {}
+
+    def slow_launch():
+        time.sleep(3e-4)
+        x.add_(1.0)
+
+    time_interleaved(slow_launch, {"same": lambda: x.add_(1.0)}, "cuda", warmup=3, reps=64, budget_s=10.0,
+                     stats=stats)
+    assert 1 <= stats["reruns"] <= 4, stats  # the first batch, behind the 1 ms spin; then a longer one
+
+
 def test_a_reference_that_does_not_fit_the_gpu_is_set_aside_for_memory(gpu_evaluator):
     task = '''
 import torch

@@ -54,13 +54,24 @@ def test_a_second_round_goes_on_from_the_samples_of_the_first(sleeper):
                          budget_s=1.0, samples=[[1.0], []])
 
 
-def test_a_batch_queued_for_longer_than_the_gpu_spun_is_timed_again_behind_a_longer_spin():
+def test_a_batch_is_timed_again_only_where_the_gpu_may_have_reached_a_call_before_the_host_queued_it():
+    from evaluator.timing import host_late
+
+    # Calls of 10 ms behind a 1 ms spin: the host queued each within the calls before it.
+    assert not host_late([0.4, 0.9, 1.3, 1.8], [1.1, 11.2, 21.3, 31.4])
+    # Calls of 5 us: the GPU reached the third before the host had queued it.
+    assert host_late([0.4, 0.9, 1.3, 1.8], [1.1, 1.2, 1.3, 1.31])
+    # The first call still being queued when the spin ended.
+    assert host_late([1.5, 1.6], [1.1, 11.2])
+
+
+def test_the_next_spin_covers_twice_what_the_host_ran_ahead_of_the_gpus_own_work():
     from evaluator.timing import next_lead
 
-    assert next_lead(0.3, 1.0) == (False, 1.0)  # queued well inside the spin; the floor holds
-    assert next_lead(0.8, 1.0) == (False, 1.6)  # inside, but the next spin keeps twice the margin
-    assert next_lead(1.5, 1.0) == (True, 3.0)  # the GPU may have waited: again, behind a longer spin
-    assert next_lead(400.0, 1.0) == (True, 100.0)  # a candidate that synchronises: capped
+    assert next_lead([0.3, 0.6], [1.1, 11.2]) == 1.0  # long calls: the floor holds
+    assert next_lead([0.4, 0.9, 1.3, 1.8], [1.1, 1.2, 1.3, 1.31]) == pytest.approx(2 * (1.8 - 0.21))
+    assert next_lead([400.0], [1.1]) == 100.0  # a candidate that synchronises: capped
+    assert next_lead([], []) == 1.0
 
 
 def test_timed_calls_of_one_round_take_the_same_input_set():

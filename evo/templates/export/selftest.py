@@ -122,9 +122,9 @@ def _side_by_side_ms(new, ref, device: str, reps: int, budget_s: float = 2.0, ba
     """Medians of ``new()`` and ``ref()`` timed interleaved, as the engine's evaluator times them.
 
     On a GPU: CUDA events around each call, L2 flushed before it outside the timed window,
-    ``batch`` pairs of calls queued between synchronisations behind a GPU spin that outlasts
-    their queueing (so the host's launch path is never counted, however slow this process
-    launches), after a warm-up of at least 0.2 s.  On the CPU: the wall clock.
+    ``batch`` pairs of calls queued between synchronisations behind a GPU spin, a batch timed
+    again if the GPU reached a call before the host had queued it (so the host's launch path is
+    never counted, however slow this process launches), after a warm-up of at least 0.2 s.  On the CPU: the wall clock.
     """
     warm_until = time.monotonic() + (0.2 if device == "cuda" else 0.0)
     done = 0
@@ -136,26 +136,31 @@ def _side_by_side_ms(new, ref, device: str, reps: int, budget_s: float = 2.0, ba
         flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(2 * batch)]
+        origin = torch.cuda.Event(enable_timing=True)
         cycles_per_ms, lead_ms = _spin_rate(), 1.0
     deadline = time.monotonic() + budget_s
     for first in range(0, reps, batch):
         calls = [fn for i in range(first, min(reps, first + batch))
                  for fn in ((new, ref) if i % 2 == 0 else (ref, new))]
         if device == "cuda":
-            for _ in range(4):  # a batch queued for longer than the GPU spun is timed again
+            for _ in range(4):  # a batch whose GPU reached a call before the host queued it: again
                 torch.cuda.synchronize()
+                began = time.perf_counter()  # the GPU meets the origin event no earlier
+                origin.record()
                 if cycles_per_ms:
                     torch.cuda._sleep(int(lead_ms * cycles_per_ms))
-                queued = time.perf_counter()
+                queued = []
                 for fn, (start, end) in zip(calls, events):
                     flush.zero_()
                     start.record()
                     fn()
                     end.record()
-                enqueue_ms = (time.perf_counter() - queued) * 1e3
+                    queued.append((time.perf_counter() - began) * 1e3)
                 torch.cuda.synchronize()
-                starved, lead_ms = enqueue_ms >= lead_ms, min(100.0, max(1.0, 2.0 * enqueue_ms))
-                if not starved or not cycles_per_ms:
+                reached = [origin.elapsed_time(start) for _, (start, _) in zip(calls, events)]
+                ahead = max(q - (r - reached[0]) for q, r in zip(queued, reached))
+                late, lead_ms = any(q > r for q, r in zip(queued, reached)), min(100.0, max(1.0, 2.0 * ahead))
+                if not late or not cycles_per_ms:
                     break
             for fn, (start, end) in zip(calls, events):
                 times[fn].append(start.elapsed_time(end))
