@@ -238,6 +238,14 @@ class Evaluator:
                                       candidate_source=candidate_source, race=race, exclusive=True, **peaks)
         finally:
             self._idle.put(worker)
+        if self.gate and len(self.workers) > 1 and _out_of_memory(reply):
+            # Still out of memory: the evaluations stopped while it ran kept their memory (six 6.4 GB
+            # problems in flight filled an H100).  Once more with the device to itself; out of memory
+            # then, it is the candidate's own.
+            with self._device_to_itself():
+                oom_s = time.monotonic() - began
+                reply = self._request("evaluate", task_name, task_source, worker=worker,
+                                      candidate_source=candidate_source, race=race, exclusive=True, **peaks)
         pending = False
         if reply.get("ref_runtime_ms"):  # timed: its task's torch.compile baseline, measured if first
             measured = time.monotonic()
@@ -266,7 +274,7 @@ class Evaluator:
         total = time.monotonic() - began
         if baseline_s > 0.05:  # this evaluation waited for its task's baseline, measured after its timing
             phases["baseline_compile_s"] = phases.get("baseline_compile_s", 0.0) + baseline_s
-        if oom_s:  # the attempt that ran out of GPU memory beside other evaluations (then tried alone)
+        if oom_s:  # the attempts that ran out of GPU memory beside other evaluations (then tried alone)
             phases["oom_retry_s"] = oom_s
         phases["host_s"] = max(0.0, total - result.wall_s - baseline_s - oom_s)
         phases["total_s"] = total

@@ -1,0 +1,99 @@
+"""An evaluation or a task check that runs out of GPU memory beside others is tried again alone
+(evaluator.Evaluator): the engine's own company is never held against a candidate or a task."""
+import threading
+import time
+
+import pytest
+
+from evaluator import Evaluator, EvaluatorSettings, Status
+from tests.test_evaluator import TASK, candidate
+
+
+@pytest.fixture(scope="module")
+def pipelined():
+    ev = Evaluator(EvaluatorSettings(device="cpu", timeout_s=60, pipeline=2), "cpu")
+    yield ev
+    ev.close()
+
+
+def test_a_task_out_of_memory_beside_a_search_is_prepared_again_with_the_device_to_itself(monkeypatch):
+    """Prepared while evaluations run, a task that ran out of GPU memory is checked again once every
+    evaluation in flight has ended and before any other starts (a stopped one would keep its memory)."""
+    from evaluator import Preparation
+
+    ev = Evaluator(EvaluatorSettings(device="cpu", pipeline=2), "cpu")
+    idle_when_checked = []
+
+    def request(kind, task_name, task_source, *, worker=None, **extra):
+        idle_when_checked.append(ev._idle.qsize())
+        if len(idle_when_checked) == 1:
+            return {"ok": False, "stage": "memory", "error": "CUDA out of memory beside the others"}
+        return {"ok": True}
+
+    monkeypatch.setattr(ev, "_request", request)
+    try:
+        in_flight = ev._idle.get()  # an evaluation under way
+        outcome = {}
+        preparing = threading.Thread(target=lambda: outcome.update(ev.prepare([Preparation("big", TASK, False)])))
+        preparing.start()
+        time.sleep(0.5)
+        assert idle_when_checked == [1]  # checked once beside it; again only once it is over
+        ev._idle.put(in_flight)
+        preparing.join(10)
+        assert idle_when_checked == [1, 0] and outcome["big"]["check"]["ok"]
+        assert ev._idle.qsize() == 2  # the pipeline's workers back
+    finally:
+        monkeypatch.undo()
+        ev.close()
+
+
+def test_an_evaluation_out_of_memory_beside_others_is_tried_again_alone_and_its_cost_recorded(pipelined, monkeypatch):
+    asked, real = [], Evaluator._request
+
+    def request(self, kind, task_name, task_source, **extra):
+        if kind == "evaluate":
+            asked.append(bool(extra.get("exclusive")))
+            if len(asked) == 1:  # the first attempt: as a candidate's allocation would fail beside others
+                time.sleep(0.2)
+                return {"status": "runtime_error", "reason": "torch.OutOfMemoryError: CUDA out of memory."}
+        return real(self, kind, task_name, task_source, **extra)
+
+    monkeypatch.setattr(Evaluator, "_request", request)
+    result = pipelined.evaluate("double", TASK, candidate())
+    assert result.status is Status.CORRECT, result.reason
+    assert asked == [False, True]
+    assert result.extra["phases"]["oom_retry_s"] >= 0.2
+
+
+def test_an_evaluation_still_out_of_memory_alone_on_the_gpu_is_tried_once_more_with_the_device_to_itself(monkeypatch):
+    """Tried again with the GPU alone, it can still run out: the evaluations stopped meanwhile keep their
+    memory.  The third attempt waits until every evaluation in flight has ended, and none starts
+    beside it; out of memory then, the result is the candidate's."""
+    ev = Evaluator(EvaluatorSettings(device="cpu", pipeline=2), "cpu")
+    asked = []  # (exclusive, workers idle) per attempt
+
+    def request(kind, task_name, task_source, *, worker=None, **extra):
+        asked.append((bool(extra.get("exclusive")), ev._idle.qsize()))
+        if len(asked) < 3 or extra.get("candidate_source") == "hog":
+            return {"status": "runtime_error", "reason": "torch.OutOfMemoryError: CUDA out of memory."}
+        return {"status": "correct", "reason": "passed", "speedup": 1.0}
+
+    monkeypatch.setattr(ev, "_request", request)
+    try:
+        in_flight = ev._idle.get()  # another evaluation under way
+        out = {}
+        scoring = threading.Thread(target=lambda: out.update(r=ev.evaluate("double", TASK, "fits")))
+        scoring.start()
+        time.sleep(0.5)
+        assert asked == [(False, 0), (True, 0)]  # beside the other; then alone, its memory still held
+        ev._idle.put(in_flight)
+        scoring.join(10)
+        assert asked[2] == (True, 0)  # every worker held: none in flight, none starting
+        assert out["r"].status is Status.CORRECT and out["r"].extra["phases"]["oom_retry_s"] >= 0.5
+        assert ev._idle.qsize() == 2
+        asked.clear()
+        hog = ev.evaluate("double", TASK, "hog")  # out of memory with the device to itself: its own
+        assert hog.status is Status.RUNTIME_ERROR and [e for e, _ in asked] == [False, True, True]
+    finally:
+        monkeypatch.undo()
+        ev.close()
