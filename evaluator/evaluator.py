@@ -230,12 +230,15 @@ class Evaluator:
         began = time.monotonic()  # waiting for a worker (the slot beyond the pipeline) is queued_s
         try:
             peaks = {"roofline_peaks": self._roofline_peaks(worker)}
-            reply = self._request("evaluate", task_name, task_source, worker=worker,
-                                  candidate_source=candidate_source, race=race, **peaks)
+
+            def attempt(**alone) -> dict:
+                return self._request("evaluate", task_name, task_source, worker=worker,
+                                     candidate_source=candidate_source, race=race, **peaks, **alone)
+
+            reply = attempt()
             if self.gate and _out_of_memory(reply):  # beside other evaluations: again, the GPU alone
                 oom_s = time.monotonic() - began
-                reply = self._request("evaluate", task_name, task_source, worker=worker,
-                                      candidate_source=candidate_source, race=race, exclusive=True, **peaks)
+                reply = attempt(exclusive=True)
         finally:
             self._idle.put(worker)
         if self.gate and len(self.workers) > 1 and _out_of_memory(reply):
@@ -244,8 +247,7 @@ class Evaluator:
             # then, it is the candidate's own.
             with self._device_to_itself():
                 oom_s = time.monotonic() - began
-                reply = self._request("evaluate", task_name, task_source, worker=worker,
-                                      candidate_source=candidate_source, race=race, exclusive=True, **peaks)
+                reply = attempt(exclusive=True)
         pending = False
         if reply.get("ref_runtime_ms"):  # timed: its task's torch.compile baseline, measured if first
             measured = time.monotonic()

@@ -10,8 +10,8 @@ nobody checked.  So the timed calls are checked too:
 - :class:`TimedCalls` runs a seeded sample of them (the first, a few at random, one in each
   doubling of the call count, and one after the last) under the smoke test's guards: each must complete its own Triton launches and
   dispatch no PyTorch operator but glue.  The monitor poisons nothing there, so a sampled call
-  does the same device work as any other; its host overhead falls in the spin that leads each
-  batch of timed calls, not in a timed window;
+  does the same device work as any other; its host overhead falls before its timed window (behind
+  the spin that leads each batch, or the calls before it), or the batch is timed again;
 - the round of calls after the last timed one is checked against the reference, each output
   against the reference's for its set (:func:`check_outputs`), once the caller's stream alone is
   synchronised;
