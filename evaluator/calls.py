@@ -68,16 +68,32 @@ def is_compile_error(exc: BaseException) -> bool:
 
 
 def call(model, inputs, stage: str):
-    """``model(*inputs)`` without autograd; any exception becomes a classified Failure."""
+    """``model(*inputs)`` without autograd (the reference, a baseline); any exception becomes a
+    classified Failure."""
     try:
         with torch.no_grad():
             return model(*inputs)
     except Exception as exc:
-        status = Status.COMPILE_ERROR if is_compile_error(exc) else Status.RUNTIME_ERROR
-        cause = _kernel_error(exc)
-        where = " (in a Triton kernel)" if cause is not exc else ""
-        raise Failure(status, f"{stage}: {type(cause).__name__}{where}: {str(cause)[:300]}",
-                      error_text(exc)) from exc
+        raise _failure(exc, stage) from exc
+
+
+def call_candidate(invoker, inputs, stage: str, mode=None):
+    """The candidate called through ``invoker`` (``evaluator.invoke``: the one way every candidate call
+    is made; ``stage`` stays on this thread); returns its :class:`~evaluator.invoke.Outcome`, and
+    whatever it raised becomes a classified Failure."""
+    outcome = invoker(inputs, mode)
+    if outcome.raised is not None:
+        if not isinstance(outcome.raised, Exception):  # KeyboardInterrupt, SystemExit: not the kernel's
+            raise outcome.raised
+        raise _failure(outcome.raised, stage) from outcome.raised
+    return outcome
+
+
+def _failure(exc: Exception, stage: str) -> Failure:
+    status = Status.COMPILE_ERROR if is_compile_error(exc) else Status.RUNTIME_ERROR
+    cause = _kernel_error(exc)
+    where = " (in a Triton kernel)" if cause is not exc else ""
+    return Failure(status, f"{stage}: {type(cause).__name__}{where}: {str(cause)[:300]}", error_text(exc))
 
 
 def to_device(value, device):

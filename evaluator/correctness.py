@@ -4,7 +4,8 @@ Cheapest first, stopping at the first failure:
 
 1. smoke: the smallest shape, first seed, with the anti-cheat guards (the
    candidate must complete a Triton launch, dispatch no PyTorch operator but glue,
-   leave no thread running and keep the timing functions intact);
+   leave no thread running and leave what the reference and the timer depend on
+   as it was: ``evaluator.interpreter_state``);
 2. adversarial values on the smallest shape: very large, very small, mixed
    scales, all-equal;
 3. every shape set (small to large, awkward sizes included) for every seed.
@@ -23,10 +24,9 @@ from typing import Callable
 
 import torch
 
-from evaluator.calls import Failure, call, clone, make_inputs, synchronize
+from evaluator.calls import Failure, call, call_candidate, clone, make_inputs, synchronize
 from evaluator.compare import CHUNK, digest, mismatch
-from evaluator.guards import (CandidateMonitor, attempted_launches, call_violation, extra_threads,
-                             install_launch_counter, launch_count, timers_tampered)
+from evaluator.guards import CandidateMonitor, call_violation, extra_threads, install_launch_counter
 from evaluator.phases import Phases
 from evaluator.result import Status
 
@@ -89,11 +89,13 @@ class Verifier:
     (inputs, the reference's output, one of the candidate's), so that a check needs little more
     memory than the reference itself."""
 
-    def __init__(self, problem, reference, model, device: str, timers: dict, tolerance: float | None = None):
-        """``tolerance``: atol and rtol where the task sets no ATOL/RTOL (None: per-dtype defaults)."""
-        self.problem, self.reference, self.model, self.device = problem, reference, model, device
+    def __init__(self, problem, reference, invoker, device: str, watch=None, tolerance: float | None = None):
+        """``invoker`` calls the candidate (``evaluator.invoke``); ``watch``: what the reference and the
+        timer depend on, compared after the smoke test (``evaluator.interpreter_state.StateWatch``);
+        ``tolerance``: atol and rtol where the task sets no ATOL/RTOL (None: per-dtype defaults)."""
+        self.problem, self.reference, self.invoker, self.device = problem, reference, invoker, device
         self.atol, self.rtol = getattr(problem, "ATOL", tolerance), getattr(problem, "RTOL", tolerance)
-        self.timers = timers
+        self.watch = watch
         install_launch_counter()
         self.checks = 0
         self.phases = Phases()  # seconds per stage: smoke_s, adversarial_s, shapes_s
@@ -102,22 +104,18 @@ class Verifier:
     def _candidate(self, inputs, where: str, guarded: bool = False):
         monitor = CandidateMonitor()
         threads_before = {t.ident for t in threading.enumerate()}
-        launches_before, attempts_before = launch_count(), attempted_launches()
-        with monitor:
-            out = call(self.model, inputs, where)
+        outcome = call_candidate(self.invoker, inputs, where, monitor)
         synchronize(self.device)
         if guarded:
-            violation = call_violation(monitor, launch_count() - launches_before,
-                                       attempted_launches() - attempts_before)
+            violation = call_violation(monitor, outcome.launched, outcome.attempted)
             if violation:
                 raise Failure(Status.REJECTED, violation)
             threads = extra_threads(threads_before)
             if threads:
                 raise Failure(Status.REJECTED, f"the candidate left threads running: {', '.join(threads)}")
-            tampered = timers_tampered(self.timers)
-            if tampered:
-                raise Failure(Status.REJECTED, f"the candidate replaced {', '.join(tampered)}")
-        return out
+            if self.watch is not None:
+                self.watch.check("after its first call")
+        return outcome.output
 
     def check(self, make: Inputs, where: str, guarded: bool = False, atol_scale: float = 1.0) -> None:
         """Candidate, reference, candidate again, on the same values; each call on inputs of its own

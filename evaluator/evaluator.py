@@ -12,9 +12,11 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from evaluator import plausibility
 from evaluator.gate import TimingGate
 from evaluator.preparation import Preparation, prepare_tasks
-from evaluator.result import EvalResult, Status, trim
+from evaluator.reply import apply_baseline, out_of_memory, result_of
+from evaluator.result import EvalResult
 from evaluator.sandbox import SandboxWorker
 # The settings live in evaluator.settings; named here too, where configs and callers find them.
 from evaluator.settings import TOLERANCES, EvaluatorSettings, TimingSettings, evaluation_slots, pipeline_depth
@@ -236,12 +238,12 @@ class Evaluator:
                                      candidate_source=candidate_source, race=race, **peaks, **alone)
 
             reply = attempt()
-            if self.gate and _out_of_memory(reply):  # beside other evaluations: again, the GPU alone
+            if self.gate and out_of_memory(reply):  # beside other evaluations: again, the GPU alone
                 oom_s = time.monotonic() - began
                 reply = attempt(exclusive=True)
         finally:
             self._idle.put(worker)
-        if self.gate and len(self.workers) > 1 and _out_of_memory(reply):
+        if self.gate and len(self.workers) > 1 and out_of_memory(reply):
             # Still out of memory: the evaluations stopped while it ran kept their memory (six 6.4 GB
             # problems in flight filled an H100).  Once more with the device to itself; out of memory
             # then, it is the candidate's own.
@@ -258,14 +260,11 @@ class Evaluator:
             if not pending:
                 entry = self._cached_baseline(task_name, task_source)
             baseline_s = time.monotonic() - measured
-        if "sandbox" in reply:
-            status = Status.TIMEOUT if reply["sandbox"] == "timeout" else Status.CRASHED
-            result = EvalResult(status=status, reason=reply["reason"], error=trim(reply.get("log", "")))
-        elif "harness_error" in reply:
-            result = EvalResult(status=Status.CRASHED, reason=reply["harness_error"])
-        else:
-            result = EvalResult.from_dict(reply)
-            _apply_baseline(result, entry)
+        result = result_of(reply, entry)
+        over = plausibility.over_bound(result, entry, self.settings.plausible_speedup)
+        if over is not None:
+            result = self._reverify(task_name, task_source, candidate_source, result, over, entry, peaks)
+        if "sandbox" not in reply and "harness_error" not in reply:
             if pending:
                 result.extra["compile_baseline"] = "pending"
             elif entry and "ratio" in entry and late_baseline:
@@ -283,6 +282,23 @@ class Evaluator:
         if began - asked > 0.01:
             phases["queued_s"] = began - asked
         return result
+
+    def _reverify(self, task_name: str, task_source: str, candidate_source: str, first: EvalResult, over: float,
+                  baseline: dict | None, peaks: dict) -> EvalResult:
+        """An implausibly fast result evaluated again (``evaluator.plausibility``), on a free worker."""
+        timing = self.settings.timing if self.device == "cuda" else self.settings.cpu_timing
+        fresh = plausibility.reverify_request(list(self.settings.seeds), dataclasses.asdict(timing))
+        with self._draining:
+            worker = self._idle.get()
+        try:
+            reply = self._request("evaluate", task_name, task_source, worker=worker,
+                                  candidate_source=candidate_source, **peaks, **fresh)
+        finally:
+            self._idle.put(worker)
+        second = result_of(reply, baseline)
+        second.extra.setdefault("phases", {})["reverify_s"] = second.wall_s
+        second.wall_s += first.wall_s  # both in the sandbox
+        return plausibility.reverified(first, second, over, self.settings.plausible_speedup)
 
     def settled_baselines(self, timeout_s: float = 600.0) -> dict[str, dict]:
         """Every task's torch.compile baseline asked of this evaluator, ``{task name: {"ratio"} or
@@ -381,22 +397,3 @@ class Evaluator:
             worker.close()
         if self.compile_cache:
             shutil.rmtree(self.compile_cache, ignore_errors=True)
-
-
-def _apply_baseline(result: EvalResult, entry: dict | None) -> None:
-    """The cached torch.compile baseline chained with this evaluation's own eager time:
-    ``compiled_ms = eager_ms(this run) * compiled/eager`` (``evaluator.baseline``)."""
-    if entry is None or not result.ref_runtime_ms or not result.runtime_ms:
-        return
-    if "ratio" in entry:
-        result.compiled_runtime_ms = entry["ratio"] * result.ref_runtime_ms
-        result.speedup_vs_compiled = result.compiled_runtime_ms / result.runtime_ms
-    else:
-        result.extra["compile_baseline_error"] = entry["error"]
-
-
-def _out_of_memory(reply: dict) -> bool:
-    if reply.get("status") == "correct":
-        return False
-    text = f"{reply.get('reason', '')} {reply.get('error', '')} {reply.get('harness_error', '')}".lower()
-    return "out of memory" in text

@@ -8,13 +8,10 @@
   :data:`GLUE_OPS`: a matmul, a softmax, a sum, ...) is rejected; and it poisons every uninitialised allocation (NaN, or a
   sentinel for integers), so an output element the candidate never writes
   cannot pass by holding stale correct values.
-- :func:`timer_identities` / :func:`timers_tampered` notice a candidate that
-  replaced the functions the timing relies on.
 """
 from __future__ import annotations
 
 import threading
-import time
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -71,7 +68,7 @@ def _record(kernel) -> None:
 
 def install_launch_counter() -> None:
     """Count every ``run`` of Triton's JIT and interpreted kernels and note what each compiled to
-    (idempotent, process-wide; :func:`uninstall_launch_counter` before timing)."""
+    (idempotent, process-wide: every call of a candidate, checked or timed, counts its launches)."""
     from triton.runtime.jit import JITFunction
 
     classes = [(JITFunction, 0)]
@@ -104,13 +101,6 @@ def install_launch_counter() -> None:
             return compiled
 
         cls.run = counted
-
-
-def uninstall_launch_counter() -> None:
-    """Restore Triton's own ``run``: the timed calls carry no wrapper of ours."""
-    while _originals:
-        cls, original = _originals.popitem()
-        cls.run = original
 
 
 def launch_count() -> int:
@@ -170,18 +160,6 @@ def call_violation(monitor: CandidateMonitor, completed: int, attempted: int) ->
         return (f"the candidate calls PyTorch's {', '.join(monitor.not_glue)}: PyTorch may only allocate, "
                 "view, copy and cast around the candidate's own Triton kernels")
     return None
-
-
-def timer_identities() -> dict[str, object]:
-    ids = {"time.perf_counter": time.perf_counter, "torch.cuda.synchronize": torch.cuda.synchronize,
-           "torch.cuda.Event": torch.cuda.Event, "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
-           "torch.cuda.Event.record": torch.cuda.Event.record}
-    return ids
-
-
-def timers_tampered(before: dict[str, object]) -> list[str]:
-    now = timer_identities()
-    return [name for name, fn in before.items() if now[name] is not fn]
 
 
 def extra_threads(before: set[int]) -> list[str]:

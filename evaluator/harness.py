@@ -18,7 +18,9 @@ import torch
 from evaluator.calls import Failure, error_text, make_inputs, synchronize
 from evaluator.compare import mismatch
 from evaluator.correctness import Verifier
-from evaluator.guards import compiled_kernels, timer_identities, timers_tampered, uninstall_launch_counter
+from evaluator.guards import compiled_kernels
+from evaluator.interpreter_state import StateWatch
+from evaluator.invoke import Invoker
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
 from evaluator import baseline, compile_seed, gate, memory, roofline, seed_capture
@@ -250,7 +252,8 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         reference, on_device = build_reference(problem, device)
         # What the reference alone needs, measured before any candidate code runs.
         reference_bytes = memory.reference_footprint(problem, reference, shapes[-1], request["seeds"][0], device)
-    timers = timer_identities()  # before any candidate code runs
+    with phases.timed("state_s"):  # what the reference and the timer depend on, before any candidate code
+        watch = StateWatch(problem, reference)
     if device.startswith("cuda"):  # in a pipeline, this candidate's JIT compiles overlap another's timing
         compile_sections(request.get("gate_fds"), torch.cuda.synchronize)
     try:
@@ -263,39 +266,54 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         try:
             model = _build(candidate.ModelNew, problem, device)
         except Exception:  # a constructor that needs the CPU: both made there, the same weights again
+            watch.check("once loaded")
             reference = _build(problem.Model, problem, device, on_device=False)
+            watch.reference = reference
+            watch.retake()  # the new reference's own modules; nothing of the candidate's ran since
     if model is None:
         try:
             model = _build(candidate.ModelNew, problem, device, on_device=False)
         except Exception as exc:
             raise Failure(Status.RUNTIME_ERROR, f"ModelNew(...): {type(exc).__name__}: {exc}",
                           error_text(exc)) from exc
+    with phases.timed("state_s"):
+        watch.check("once loaded and built")
+    invoker = Invoker(model, device)  # every call of the candidate from here on
+    try:
+        return _checked_and_timed(request, device, problem, reference, invoker, watch, shapes, phases, began,
+                                  reference_bytes)
+    except Failure as failure:
+        if failure.status is not Status.REJECTED:  # a reference the candidate altered fails the checks too
+            watch.check("when its checks failed", dispatcher=True)
+        raise
+    finally:
+        invoker.close()
 
+
+def _checked_and_timed(request: dict, device: str, problem, reference, invoker, watch, shapes, phases, began,
+                       reference_bytes) -> EvalResult:
     phases["load_s"] = time.monotonic() - began
-    verifier = Verifier(problem, reference, model, device, timers, request.get("tolerance"))
+    verifier = Verifier(problem, reference, invoker, device, watch, request.get("tolerance"))
     checks = verifier.run(shapes, list(request["seeds"]))
     phases["checks_s"] = time.monotonic() - began - phases["load_s"]
     phases.update(verifier.phases)
     checks_bytes = memory.phase_peak(device)
-
-    tampered = timers_tampered(timers)
-    if tampered:
-        raise Failure(Status.REJECTED, f"the candidate replaced {', '.join(tampered)}")
-    uninstall_launch_counter()
+    with phases.timed("state_s"):
+        watch.check("after the checks")
     kernels = compiled_kernels()
     # Timing shares the GPU with no other evaluation; after it, host work alone (the result).
     with gpu_alone(request.get("gate_fds"), phases, host_after=lambda: synchronize(device)):
         timed_from = time.time()
-        measured = measure(request, problem, reference, model, shapes, request["seeds"][0], device, phases)
+        measured = measure(request, problem, reference, invoker, shapes, request["seeds"][0], device, phases, watch)
         limit = request.get("roofline_limit") or float("inf")
         extra = {"kernels": kernels} if kernels else {}
         if measured["roofline_fraction"] is not None and measured["roofline_fraction"] > limit:
             # Faster than the hardware allows: check everything again on fresh inputs and time again.
             fresh = [seed + 7919 for seed in request["seeds"]]
             with phases.timed("reverify_s"):
-                Verifier(problem, reference, model, device, timers, request.get("tolerance")).run(shapes, fresh)
-            uninstall_launch_counter()
-            first, measured = measured, measure(request, problem, reference, model, shapes, fresh[0], device, phases)
+                Verifier(problem, reference, invoker, device, watch, request.get("tolerance")).run(shapes, fresh)
+            first, measured = measured, measure(request, problem, reference, invoker, shapes, fresh[0], device,
+                                                phases, watch)
             extra["reverified"] = {"roofline_fraction": first["roofline_fraction"], "speedup": first["speedup"]}
             if measured["roofline_fraction"] > limit:
                 raise Failure(Status.REJECTED,
@@ -303,6 +321,8 @@ def _evaluate(request: dict, device: str) -> EvalResult:
                               f"({measured['work']}) after re-verification on fresh inputs: the candidate "
                               "skips work, or the task's flops/bytes_moved are wrong")
         extra["timed_window"] = [timed_from, time.time()]  # wall clock: pipelined timings never overlap
+    with phases.timed("state_s"):  # after the last call of the candidate
+        watch.check("after timing", dispatcher=True)
     phases["timing_s"] = (time.monotonic() - began - phases["load_s"] - phases["checks_s"]
                           - phases.get("gate_wait_s", 0.0))
     if gate.compile_wait_s:  # after its compiles, waiting for another evaluation's timing

@@ -7,9 +7,11 @@ import torch
 
 from evaluator import baseline, roofline
 from evaluator.calls import call, make_inputs
+from evaluator.compare import digest
 from evaluator.guards import compiled_kernels
 from evaluator.phases import Phases
-from evaluator.timed_checks import TimedCalls, check_outputs, in_turn, input_sets, sampled_calls, triton_share
+from evaluator.timed_checks import (TimedCalls, audit, check_kept, check_launches, check_outputs, in_turn,
+                                    input_sets, inputs_unchanged)
 from evaluator.timing import time_interleaved, time_side_by_side, timing_args
 
 
@@ -17,16 +19,20 @@ def numel(values) -> int:
     return sum(v.numel() for v in values if isinstance(v, torch.Tensor))
 
 
-def measure(request: dict, problem, reference, model, shapes: list[dict], seed: int, device: str,
-             phases: Phases) -> dict:
+def measure(request: dict, problem, reference, invoker, shapes: list[dict], seed: int, device: str,
+             phases: Phases, watch=None) -> dict:
     """Side-by-side timing on the largest shape (and on every shape set with ``time_shapes=all``):
     speedups, noise, roofline fraction, and the torch.compile baseline; the time of each part
-    added to ``phases``."""
+    added to ``phases``.  ``invoker`` calls the candidate (``evaluator.invoke``); ``watch``
+    (``evaluator.interpreter_state.StateWatch``) looks for changes to what the reference and the timer
+    depend on after batches drawn at random."""
     timing, shape = request["timing"], shapes[-1]
     with phases.timed("inputs_s"):
         inputs = make_inputs(problem, shape, seed, device)
         sets = input_sets(problem, shape, seed, device, timing, inputs)
-    candidate = _timed_calls(request, model, sets, seed, device)
+        digests, in_place = _pristine(request, reference, sets)
+    timed_calls: list[TimedCalls] = []  # every sequence of timed calls, each checked after timing
+    candidate = _timed_calls(request, invoker, sets, device, timed_calls, in_place)
     baselines = {"reference": in_turn(reference, sets, "reference timing")}
     compile_settings = request.get("compile_baseline") or {}
     backend, mode = compile_settings.get("backend", "inductor"), compile_settings.get("mode")
@@ -34,20 +40,26 @@ def measure(request: dict, problem, reference, model, shapes: list[dict], seed: 
     if compile_settings.get("timing") == "live":
         try:
             with phases.timed("baseline_compile_s"):
+                if watch is not None:  # inductor changes the interpreter: checked before, taken again after
+                    watch.check("before the torch.compile baseline")
                 compiled = baseline.compiled_reference(reference, inputs, backend=backend, mode=mode)
+                if watch is not None:
+                    watch.retake()
             baselines["compiled"] = in_turn(compiled, sets, "torch.compile baseline")
         except Exception as exc:  # a reference the compiler cannot handle has no compiled baseline
             measured["compile_baseline_error"] = baseline.failure(exc)
+    hooks = _hooks(request, problem, reference, watch)
     timed, go_on, batches = None, {}, {}
     race = request.get("race") or {}
     if race.get("bar") and race["reps"] < timing["reps"]:
         # Racing: a short first round against eager alone; a child clearly slower than the bar (its
         # parent's speedup) keeps that measurement, as its result's ``timing_round`` says.
-        short = _timed_calls(request, model, sets, seed, device, calls=timing["warmup"] + race["reps"])
+        short = _timed_calls(request, invoker, sets, device, timed_calls, in_place)
         raw: list[list[float]] = [[], []]
         with phases.timed("race_s"):
             first = time_interleaved(short, {"reference": baselines["reference"]}, device,
-                                     **dict(timing_args(timing), reps=race["reps"]), samples=raw, stats=batches)
+                                     **dict(timing_args(timing), reps=race["reps"]), samples=raw, stats=batches,
+                                     **hooks(short))
         pair = first["reference"]
         optimistic = pair.ratio * (1 + 2 * max(pair.noise, float(request.get("noise_floor", 0.0))))
         if optimistic < race["bar"] * (1 - race["margin"]):
@@ -58,14 +70,16 @@ def measure(request: dict, problem, reference, model, shapes: list[dict], seed: 
             if list(baselines) == ["reference"]:
                 # The full round goes on from the short one: the same calls, warm, the same pairing
                 # (a live torch.compile baseline has no samples in the short round: it starts afresh).
-                # The guards' late samples (one per doubling of the call count) carry on too.
+                # The kept outputs' reservoir carries on too.
+                timed_calls.remove(candidate)
                 candidate, go_on = short, {"samples": raw, "warmup": 0, "warmup_s": 0.0}
                 measured["timing_round"]["from_short"] = len(raw[0])
     if timed is None:
         with phases.timed("interleaved_s"):  # warm-up, the timed calls, their synchronisations
-            timed = time_interleaved(candidate, baselines, device, **{**timing_args(timing), **go_on}, stats=batches)
+            timed = time_interleaved(candidate, baselines, device, **{**timing_args(timing), **go_on}, stats=batches,
+                                     **hooks(candidate))
     with phases.timed("timed_checks_s"):
-        measured["timed_checks"] = _check_timed(request, problem, reference, candidate, timing)
+        measured["timed_checks"] = _check_timed(request, problem, reference, timed_calls, candidate, timing, digests)
     pair = timed["reference"]
     # The time of the timed calls (GPU time on a GPU; medians times samples): the part of an evaluation
     # spent on what it measures.
@@ -97,52 +111,103 @@ def measure(request: dict, problem, reference, model, shapes: list[dict], seed: 
     if request.get("time_shapes") == "all":
         with phases.timed("shape_timings_s"):
             measured["shape_timings"] = [
-                *(_shape_timing(request, problem, reference, model, s, seed, device, noise_floor)
+                *(_shape_timing(request, problem, reference, invoker, s, seed, device, noise_floor)
                   for s in shapes[:-1]),
                 _shape_entry(shape, inputs, pair, noise_floor)]
     return measured
 
 
-def _shape_timing(request: dict, problem, reference, model, shape: dict, seed: int, device: str,
+def _shape_timing(request: dict, problem, reference, invoker, shape: dict, seed: int, device: str,
                   noise_floor: float) -> dict:
     timing = request["timing"]
     inputs = make_inputs(problem, shape, seed, device)
     sets = input_sets(problem, shape, seed, device, timing, inputs)
-    candidate = _timed_calls(request, model, sets, seed, device)
-    pair = time_side_by_side(candidate, in_turn(reference, sets, "reference timing"), device, **timing_args(timing))
+    digests, in_place = _pristine(request, reference, sets)
+    timed_calls: list[TimedCalls] = []
+    candidate = _timed_calls(request, invoker, sets, device, timed_calls, in_place)
+    pair = time_side_by_side(candidate, in_turn(reference, sets, "reference timing"), device, **timing_args(timing),
+                             **_hooks(request, problem, reference, None)(candidate))
     if request.get("timed_checks"):
-        check_outputs(candidate, reference, *_tolerances(request, problem))
+        _check_timed(request, problem, reference, timed_calls, candidate, timing, digests, audited=False)
     return _shape_entry(shape, inputs, pair, noise_floor)
 
 
-def _timed_calls(request: dict, model, sets: list[list], seed: int, device: str,
-                 calls: int | None = None) -> TimedCalls:
-    """The candidate as timed, a seeded sample of its ``calls`` guarded (none with timed checks off)."""
+def _pristine(request: dict, reference, sets: list[list]) -> tuple[list, bool]:
+    """The input sets' digests, to compare after timing, and whether the reference works in place (it
+    changes the sets as it is timed: then no digests, and each kept call keeps a copy of its inputs)."""
+    if not request.get("timed_checks"):
+        return [], False
+    digests = [digest(s) for s in sets]
+    call(reference, sets[0], "reference")
+    if digest(sets[0]) != digests[0]:
+        return [], True
+    return digests, False
+
+
+def _timed_calls(request: dict, invoker, sets: list[list], device: str, made: list,
+                 in_place: bool = False) -> TimedCalls:
+    """The candidate as timed (``evaluator.timed_checks``): ``timed_samples`` outputs kept, drawn after
+    their calls, within timing's memory budget for extra input sets (none with timed checks off); every
+    output with ``reverify``.  Added to ``made``."""
     checks, timing = request.get("timed_checks") or {}, request["timing"]
-    # The calls sure to run: with timing.precision a stable kernel may stop after min_reps rounds.
-    calls = calls or timing["warmup"] + (min(timing["reps"], timing.get("min_reps", 20)) if timing.get("precision")
-                                            else timing["reps"])
-    sampled = sampled_calls(checks["samples"], calls, seed) if checks else set()
-    return TimedCalls(model, sets, sampled, device)
+    made.append(TimedCalls(invoker, sets, device, keep=int(checks.get("samples", 0)),
+                           keep_bytes=float(timing.get("input_sets_mb", 256)) * (1 << 20),
+                           every=bool(checks) and bool(request.get("reverify")), keep_inputs=in_place))
+    return made[-1]
+
+
+def _hooks(request: dict, problem, reference, watch):
+    """The timer's hooks for one sequence of timed calls: after each call, whether its output is kept
+    is drawn; after a batch, a re-verification checks every output kept in it, and the interpreter's
+    state is compared after batches drawn at random."""
+    checks = request.get("timed_checks")
+
+    def hooks(timed: TimedCalls) -> dict:
+        if not checks:
+            return {"after_call": None, "after_batch": watch.sometimes if watch is not None else None}
+        tolerances = _tolerances(request, problem)
+
+        def after_batch() -> None:
+            if timed.every:
+                check_kept(timed, reference, *tolerances)
+            if watch is not None:
+                watch.sometimes()
+
+        return {"after_call": timed.after, "after_batch": after_batch}
+
+    return hooks
 
 
 def _tolerances(request: dict, problem) -> tuple:
     return getattr(problem, "ATOL", request.get("tolerance")), getattr(problem, "RTOL", request.get("tolerance"))
 
 
-def _check_timed(request: dict, problem, reference, candidate: TimedCalls, timing: dict) -> dict | None:
-    """The timed calls' outputs against the reference's and, on a GPU, one profiled batch
-    (``evaluator.timed_checks``); what was verified, for the result's ``extra``."""
+def _check_timed(request: dict, problem, reference, made: list[TimedCalls], candidate: TimedCalls, timing: dict,
+                 digests: list, audited: bool = True) -> dict | None:
+    """The timed calls held to the checks' rules (``evaluator.timed_checks``): the outputs kept and the
+    round after the last timed call against the reference's, every call's launches, the inputs
+    untouched, and one audited batch; what was verified, for the result's ``extra``."""
     checks = request.get("timed_checks")
     if not checks:
         return None
+    tolerances = _tolerances(request, problem)
+    for timed in made:  # a call that launched nothing, named before any output is compared
+        check_launches(timed)
     verified = {"input_sets": len(candidate.sets),
-                "outputs_checked": check_outputs(candidate, reference, *_tolerances(request, problem))}
-    names = {k["name"] for k in compiled_kernels()}
-    if candidate.device.startswith("cuda") and names:
+                "outputs_checked": check_outputs(candidate, reference, *tolerances), "kept_checked": []}
+    for timed in made:
+        kept = [number + 1 for number, *_ in timed.kept]
+        check_kept(timed, reference, *tolerances)
+        verified["kept_checked"] += kept
+    for timed in made:
+        verified.update(check_launches(timed))
+    if audited:
+        names = {k["name"] for k in compiled_kernels()}
         calls = max(len(candidate.sets), int(timing.get("batch", 8)))
-        verified.update(triton_share(candidate, names, calls, float(checks["triton_share_min"])))
-    verified["guarded_calls"] = candidate.audited
+        verified.update(audit(candidate, calls, names, float(checks["triton_share_min"])))
+    if digests:
+        inputs_unchanged(candidate, digests)
+    verified["calls"] = sum(timed.calls for timed in made)
     return verified
 
 

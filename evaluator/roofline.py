@@ -81,7 +81,15 @@ def peaks_for(given: dict | None) -> Peaks | None:
 
 
 def _tensor_bytes(values) -> int:
-    return sum(v.numel() * v.element_size() for v in flatten(values) if isinstance(v, torch.Tensor))
+    """Bytes a kernel must read or write at least: each storage once (an expanded input, its elements
+    all one, holds less than its shape says; two inputs that share memory are one read)."""
+    storages: dict[int, int] = {}
+    for v in flatten(values):
+        if isinstance(v, torch.Tensor):
+            key = v.untyped_storage().data_ptr()
+            size = min(v.numel() * v.element_size(), v.untyped_storage().nbytes())
+            storages[key] = max(storages.get(key, 0), size)
+    return sum(storages.values())
 
 
 def work_of(problem, inputs: list, outputs) -> Work:

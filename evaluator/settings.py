@@ -77,10 +77,15 @@ class EvaluatorSettings:
     containment: str = "auto"  # auto: namespaces where the OS allows, else Landlock | landlock | off
     prepare_workers: int | None = None  # sandbox workers per device checking references and deriving seeds
     tolerance: str = "strict"  # strict: per-dtype defaults (fp32 1e-4) | kernelbench: atol = rtol = 1e-2
-    # The timed calls held to the checks' rules (evaluator.timed_checks): outputs checked, a sample
-    # guarded, and on a GPU this share of one profiled batch's device time in the candidate's own kernels.
+    # The timed calls held to the checks' rules (evaluator.timed_checks): every call's launches counted,
+    # outputs kept at random (drawn after each call) and checked, the round after the last checked, and
+    # one audited batch (dispatch monitor; on a GPU this share of its device time in the candidate's kernels).
+    # A correct result faster than this over the best of eager and torch.compile is evaluated again,
+    # in a fresh process on fresh inputs with every timed call checked, before it counts
+    # (evaluator.plausibility; KernelBench flags speedups above 10x as likely reward hacking).
+    plausible_speedup: float = 10.0
     verify_timed: bool = True
-    timed_samples: int = 3  # timed calls guarded, besides the first and one after the last
+    timed_samples: int = 3  # timed calls whose outputs are kept and checked, drawn after each call returns
     triton_share_min: float = 0.9
 
     def __post_init__(self):
@@ -111,6 +116,8 @@ class EvaluatorSettings:
             object.__setattr__(self, "roofline_peaks", {k: float(v) for k, v in peaks.items()})
         if self.roofline_limit <= 0 or self.noise_floor < 0:
             raise ValueError("evaluator.roofline_limit must be positive and evaluator.noise_floor >= 0")
+        if self.plausible_speedup <= 0:
+            raise ValueError("evaluator.plausible_speedup must be positive (a speedup over the best baseline)")
         if not 0 <= self.triton_share_min <= 1 or self.timed_samples < 0:
             raise ValueError("evaluator.triton_share_min must be in [0, 1] and timed_samples >= 0")
         if self.timing.input_sets < 1 or self.cpu_timing.input_sets < 1:

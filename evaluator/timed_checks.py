@@ -1,35 +1,41 @@
 """What was timed is held to the checks' rules (runs in the sandbox).
 
 The checks (``evaluator.correctness``) call the candidate a few dozen times; timing calls it
-hundreds more.  A candidate that behaves only while checked (its own kernels for the first
-calls, PyTorch after them; an output remembered from an earlier call) would be scored on calls
-nobody checked.  So the timed calls are checked too:
+hundreds more.  A candidate that behaves only while checked (its own kernels for the first calls,
+PyTorch after them; an output remembered from an earlier call; an unwritten buffer whenever no
+check seems to look) would be scored on calls nobody checked.  So the timed calls are checked too,
+and nothing at call time tells a checked one from the others:
 
+- every call is made the same way (``evaluator.invoke``: one thread, the same frames, no dispatch
+  mode, no profiler);
 - they rotate over several input sets of distinct storage and values (:func:`input_sets`), made
   before timing, so an output remembered by identity, pointer or shape is wrong or gains nothing;
-- :class:`TimedCalls` runs a seeded sample of them (the first, a few at random, one in each
-  doubling of the call count, and one after the last) under the smoke test's guards: each must complete its own Triton launches and
-  dispatch no PyTorch operator but glue.  The monitor poisons nothing there, so a sampled call
-  does the same device work as any other; its host overhead falls before its timed window (behind
-  the spin that leads each batch, or the calls before it), or the batch is timed again;
+  the sets' digests are compared after timing (a candidate that alters its inputs shows);
+- every call's completed Triton launches are counted (:class:`TimedCalls`): a call that launches
+  fewer than the checked calls of its input set (or none) is rejected, with the call numbers;
+- which calls' outputs are checked is drawn after each call has returned, from the operating
+  system's randomness (a reservoir of ``keep`` calls, uniform over the whole sequence): a copy of a
+  drawn output is queued behind the call's closing event, and compared with the reference's after
+  timing (:func:`check_kept`).  A cheat that moves the median must cheat on more than half of the
+  calls, so each kept call catches it with odds above one half;
 - the round of calls after the last timed one is checked against the reference, each output
   against the reference's for its set (:func:`check_outputs`), once the caller's stream alone is
   synchronised;
-- on a GPU one batch of calls runs under ``torch.profiler`` (:func:`triton_share`): at least
-  ``triton_share_min`` of its device time must be in the candidate's own Triton kernels, on the
-  caller's stream.
+- one batch of calls after those is audited (:func:`audit`): each under the dispatch monitor
+  (PyTorch may only allocate, view, copy and cast around the candidate's kernels) and, on a GPU,
+  under ``torch.profiler``: at least ``triton_share_min`` of its device time must be in the
+  candidate's own Triton kernels, on the caller's stream.
 """
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, field
 
 import torch
 
-from evaluator.calls import Failure, call, make_inputs
-from evaluator.compare import mismatch
-from evaluator.guards import (CandidateMonitor, attempted_launches, call_violation, install_launch_counter,
-                              launch_count, uninstall_launch_counter)
+from evaluator.calls import Failure, call, call_candidate, clone, make_inputs
+from evaluator.compare import digest, flatten, mismatch
+from evaluator.guards import CandidateMonitor, call_violation
 from evaluator.result import Status
 
 MB = 1 << 20
@@ -56,46 +62,55 @@ def in_turn(model, sets: list[list], stage: str):
     return lambda: call(model, sets[next(turn) % len(sets)], stage)
 
 
-def sampled_calls(samples: int, first_calls: int, seed: int, doublings: int = 24) -> set[int]:
-    """Call numbers (from 0) to guard: the first; ``samples`` drawn at random from the first
-    ``first_calls``; and one drawn from each doubling [2^k, 2^(k+1)), so that however long timing
-    goes on (warm-up runs by the clock) calls late in it are guarded too, about log2(calls) in all."""
-    rng = random.Random(seed)
-    pool = range(1, max(2, first_calls))
-    late = {rng.randrange(1 << k, 1 << (k + 1)) for k in range(doublings)}
-    return {0, *rng.sample(pool, min(samples, len(pool))), *late}
-
-
+@dataclass
 class TimedCalls:
-    """The candidate as timing calls it: the input sets in turn (as :func:`in_turn`), the calls
-    numbered in ``sampled`` run under the guards."""
+    """The candidate as timing calls it: the input sets in turn (as :func:`in_turn`), every call
+    through ``invoker``, its completed launches recorded.  ``keep``: how many calls' outputs are kept
+    for :func:`check_kept`, drawn after each call (in :meth:`after`); ``every``: every call's output
+    kept, to be checked at the end of its batch (a re-verification)."""
 
-    def __init__(self, model, sets: list[list], sampled: set[int], device: str):
-        self.model, self.sets, self.sampled, self.device = model, sets, set(sampled), device
-        self.calls = 0
-        self.audited: list[int] = []  # numbers (from 1) of the calls that ran under the guards
+    invoker: object
+    sets: list[list]
+    device: str
+    keep: int = 0
+    keep_bytes: float = float("inf")  # at most this much held in kept copies (at least one copy)
+    every: bool = False
+    keep_inputs: bool = False  # a reference that works in place changes the sets: a kept call keeps its inputs
+    calls: int = 0
+    launches: list[int] = field(default_factory=list)  # per call, completed launches
+    kept: list[tuple] = field(default_factory=list)  # (call number, copy of its output, of its inputs or None)
+    checked: list[int] = field(default_factory=list)  # numbers of the calls whose outputs were compared
+    mode: object = None  # the dispatch mode of an audit's calls
+    last_attempted: int = 0  # launches tried by the last call, failed ones included
+    _last: tuple | None = None
 
     def __call__(self):
         number, inputs = self.calls, self.sets[self.calls % len(self.sets)]
         self.calls += 1
-        if number in self.sampled:
-            return self._guarded(number, inputs)
-        return call(self.model, inputs, "timing")
+        saved = clone(inputs) if self.keep_inputs and (self.keep or self.every) else None
+        outcome = call_candidate(self.invoker, inputs, f"timed call {number + 1}", self.mode)
+        self.launches.append(outcome.launched)
+        self.last_attempted = outcome.attempted
+        self._last = (number, outcome.output, saved)
+        return outcome.output
 
-    def _guarded(self, number: int, inputs: list):
-        monitor = CandidateMonitor(poison=False)
-        install_launch_counter()
-        launched, attempted = launch_count(), attempted_launches()
-        try:
-            with monitor:
-                out = call(self.model, inputs, f"timed call {number + 1}")
-        finally:
-            uninstall_launch_counter()
-        violation = call_violation(monitor, launch_count() - launched, attempted_launches() - attempted)
-        if violation:
-            raise Failure(Status.REJECTED, f"timed call {number + 1}: {violation}")
-        self.audited.append(number + 1)
-        return out
+    def after(self) -> None:
+        """After the last call's window has closed: whether its output is kept is drawn now."""
+        if self._last is None:
+            return
+        number, out, saved = self._last
+        self._last = None
+        if number == 0 and self.keep:  # the reservoir's size, once an output's size is known
+            size = sum(t.numel() * t.element_size() for t in flatten(out) if isinstance(t, torch.Tensor))
+            if size and self.keep_bytes < float("inf"):
+                self.keep = max(1, min(self.keep, int(self.keep_bytes // size)))
+        if self.every or len(self.kept) < self.keep:
+            self.kept.append((number, clone(out), saved))
+        elif self.keep and secrets.randbelow(number + 1) < self.keep:  # a reservoir over every call so far
+            self.kept[secrets.randbelow(self.keep)] = (number, clone(out), saved)
+
+    def set_of(self, number: int) -> int:
+        return number % len(self.sets)
 
 
 def stream_synchronize(device: str) -> None:
@@ -104,40 +119,110 @@ def stream_synchronize(device: str) -> None:
         torch.cuda.current_stream().synchronize()
 
 
+def check_kept(timed: TimedCalls, reference, atol, rtol) -> int:
+    """The kept outputs against the reference's for their input sets (one reference output held at a
+    time); the kept copies dropped.  Returns how many were checked."""
+    stream_synchronize(timed.device)
+    kept, timed.kept = sorted(timed.kept, key=lambda k: (timed.set_of(k[0]), k[0])), []
+    expected, expected_set = None, None
+    for number, out, saved in kept:
+        which = timed.set_of(number)
+        if saved is not None:  # the inputs as they were at the call (a reference that works in place)
+            expected, expected_set = call(reference, saved, "reference"), None
+        elif which != expected_set:
+            expected, expected_set = None, which
+            expected = call(reference, timed.sets[which], "reference")
+        problem = mismatch(expected, out, atol, rtol)
+        if problem:
+            raise Failure(Status.INCORRECT, f"timed call {number + 1} (input set {which + 1} of {len(timed.sets)}, "
+                                            f"drawn for checking after it returned): {problem}")
+        timed.checked.append(number)
+    return len(kept)
+
+
 def check_outputs(timed: TimedCalls, reference, atol, rtol) -> int:
     """One more round of the timed sequence, each call's output checked against the reference's
-    for its input set; the first of them under the guards (a candidate that changes late).
+    for its input set.
 
     The calls go on from the last timed one, on the same input sets in the same turn: to the
     candidate they are timed calls like the others.  Each output is checked as soon as the caller's
     stream alone is synchronised, then dropped, so no more than one is held at a time.
     Returns how many were checked.
     """
-    timed.sampled.add(timed.calls)
     for _ in timed.sets:
-        which = timed.calls % len(timed.sets)
+        number = timed.calls
+        which = timed.set_of(number)
         out = timed()
+        timed._last = None
         stream_synchronize(timed.device)
         expected = call(reference, timed.sets[which], "reference")
         problem = mismatch(expected, out, atol, rtol)
         if problem:
             raise Failure(Status.INCORRECT, f"timed calls, input set {which + 1} of {len(timed.sets)} "
-                                            f"(call {timed.calls}): {problem}")
+                                            f"(call {number + 1}): {problem}")
+        timed.checked.append(number)
         del out, expected
     return len(timed.sets)
 
 
-def triton_share(timed: TimedCalls, kernel_names: set[str], calls: int, minimum: float) -> dict:
-    """Profile ``calls`` candidate calls; reject unless ``minimum`` of the device time is the candidate's
-    Triton kernels on the caller's stream.  Returns ``{"triton_share", "profiled_calls", "stream_checked"}``
-    (the caller's stream is that of a marker kernel launched on it first: unchecked if none shows)."""
+def check_launches(timed: TimedCalls) -> dict:
+    """Every call launched at least one Triton kernel, and as many as the checked calls of its input set
+    (those whose outputs were compared so far); ``{"launches": [fewest, most]}`` per call, else rejected."""
+    n = len(timed.sets)
+    checked = sorted(set(timed.checked))
+    for which in range(n):
+        mine = [timed.launches[c] for c in checked if c % n == which] or [timed.launches[c] for c in checked]
+        floor = max(1, min(mine, default=1))
+        short = [c + 1 for c in range(which, len(timed.launches), n) if timed.launches[c] < floor]
+        if not short:
+            continue
+        shown = ", ".join(map(str, short[:8])) + (f" and {len(short) - 8} more" if len(short) > 8 else "")
+        fewest = min(timed.launches[c - 1] for c in short)
+        if fewest == 0:
+            why = "launched no Triton kernel"
+        else:
+            why = f"launched {fewest} Triton kernel(s), fewer than the {floor} of the checked calls of their input set"
+        raise Failure(Status.REJECTED, f"timed calls {shown} (input set {which + 1} of {n}) {why}: the work must run "
+                                       "in the candidate's own kernels on every call")
+    return {"launches": [min(timed.launches, default=0), max(timed.launches, default=0)]}
+
+
+def inputs_unchanged(timed: TimedCalls, digests: list) -> None:
+    """The input sets hold what they held before timing (their digests, taken when made)."""
+    for which, (inputs, before) in enumerate(zip(timed.sets, digests)):
+        if digest(inputs) != before:
+            raise Failure(Status.INCORRECT, f"the candidate modified timed input set {which + 1} of "
+                                            f"{len(timed.sets)} in place")
+
+
+def audit(timed: TimedCalls, calls: int, kernel_names: set[str], minimum: float) -> dict:
+    """``calls`` more calls, each under the dispatch monitor (its aten operators recorded, nothing
+    poisoned) and, on a GPU with kernels known, all under ``torch.profiler``: reject any that
+    dispatches work to PyTorch or completes no launch, and unless ``minimum`` of the device time is
+    the candidate's Triton kernels on the caller's stream.  Returns what was verified."""
+    verified: dict = {"audited_calls": calls}
+    profiled = timed.device.startswith("cuda") and kernel_names
+
+    def run() -> None:
+        for _ in range(calls):
+            timed.mode = monitor = CandidateMonitor(poison=False)
+            try:
+                timed()
+            finally:
+                timed.mode, timed._last = None, None
+            violation = call_violation(monitor, timed.launches[-1], timed.last_attempted)
+            if violation:
+                raise Failure(Status.REJECTED, f"timed call {timed.calls} (audited): {violation}")
+
+    if not profiled:
+        run()
+        return verified
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         torch.cuda._sleep(1000)  # the marker: PyTorch's spin_kernel, on the caller's stream
-        for _ in range(calls):
-            timed()
+        run()
         torch.cuda.synchronize()
     kernels = [(e.name, e.device_resource_id, e.time_range.elapsed_us()) for e in prof.events()
                if getattr(getattr(e, "device_type", None), "name", "") == "CUDA"]
@@ -153,7 +238,8 @@ def triton_share(timed: TimedCalls, kernel_names: set[str], calls: int, minimum:
         raise Failure(Status.REJECTED,
                       f"only {share.share:.0%} of the device time of {calls} timed calls is in the candidate's "
                       f"own Triton kernels (at least {minimum:.0%} needed); the rest: {share.top_others()}")
-    return {"triton_share": round(share.share, 4), "profiled_calls": calls, "stream_checked": marker is not None}
+    verified.update(triton_share=round(share.share, 4), profiled_calls=calls, stream_checked=marker is not None)
+    return verified
 
 
 @dataclass

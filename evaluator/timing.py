@@ -76,7 +76,7 @@ def time_side_by_side(candidate, baseline, device: str, **timing) -> SideBySide:
 def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, reps: int,
                      budget_s: float, warmup_s: float = 0.0, batch: int = 8, precision: float = 0.0,
                      min_reps: int = 20, samples: list[list[float]] | None = None,
-                     stats: dict | None = None) -> dict[str, SideBySide]:
+                     stats: dict | None = None, after_call=None, after_batch=None) -> dict[str, SideBySide]:
     """The candidate timed against each baseline, all interleaved call by call.
 
     One round calls the candidate and every baseline once, in an order that
@@ -98,9 +98,14 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
 
     ``stats`` (on a GPU) gains the batches run and how many of them were run again because the host
     was late (``batches``, ``reruns``), added to what it holds.
+
+    ``after_call`` runs after each of the candidate's calls, once its window has closed (its end event
+    queued), and ``after_batch`` after each batch (and each warm-up round) has been synchronised: the
+    timed calls' checks (``evaluator.timed_checks``) work there, outside every timed window.
     """
     names = list(baselines)
     calls = [candidate, *(baselines[n] for n in names)]
+    hooks = [after_call, *(None for _ in names)]
     batch = max(1, batch)
     width = len(calls)
     timer = _CudaTimer(torch.device(device), width * batch) if device.startswith("cuda") else _WallTimer()
@@ -109,7 +114,9 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
     warm_until = time.monotonic() + warmup_s
     done = 0
     while done < warmup or (time.monotonic() < warm_until and done < 10_000):
-        timer.run(calls)
+        timer.run(calls, hooks)
+        if after_batch is not None:
+            after_batch()
         done += 1
     if samples is None:
         samples = [[] for _ in calls]  # per callable, in round order
@@ -118,7 +125,9 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
     deadline = time.monotonic() + budget_s
     for first in range(len(samples[0]), reps, batch):
         orders = [[(i + r) % width for i in range(width)] for r in range(first, min(reps, first + batch))]
-        times = timer.run([calls[i] for order in orders for i in order])
+        times = timer.run([calls[i] for order in orders for i in order], [hooks[i] for order in orders for i in order])
+        if after_batch is not None:
+            after_batch()
         for k, order in enumerate(orders):
             for slot, i in enumerate(order):
                 samples[i].append(times[k * width + slot])
@@ -141,12 +150,14 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
 
 
 class _WallTimer:
-    def run(self, calls) -> list[float]:
+    def run(self, calls, hooks) -> list[float]:
         times = []
-        for fn in calls:
+        for fn, hook in zip(calls, hooks):
             start = time.perf_counter()
             fn()
             times.append((time.perf_counter() - start) * 1e3)
+            if hook is not None:
+                hook()
         return times
 
 
@@ -170,7 +181,7 @@ class _CudaTimer:
         self.lead_ms = 1.0  # how long the GPU spins while the host queues a batch
         self.batches = self.reruns = 0
 
-    def run(self, calls) -> list[float]:
+    def run(self, calls, hooks) -> list[float]:
         for attempt in range(4):
             torch.cuda.synchronize()  # nothing else in flight
             origin = time.perf_counter()  # the GPU meets the origin event no earlier than this
@@ -178,12 +189,14 @@ class _CudaTimer:
             if self.cycles_per_ms:
                 torch.cuda._sleep(int(self.lead_ms * self.cycles_per_ms))
             queued_ms = []  # per call: when the host had queued all of it, ms after the origin
-            for fn, (start, end) in zip(calls, self.events):
+            for fn, hook, (start, end) in zip(calls, hooks, self.events):
                 self.flush.zero_()  # evicts L2 outside the timed window
                 start.record()
                 fn()
                 end.record()
                 queued_ms.append((time.perf_counter() - origin) * 1e3)
+                if hook is not None:  # after the window: its work queued behind the end event
+                    hook()
             torch.cuda.synchronize()
             reached_ms = [self.origin.elapsed_time(start) for _, (start, _) in zip(calls, self.events)]
             late, self.lead_ms = host_late(queued_ms, reached_ms), next_lead(queued_ms, reached_ms)

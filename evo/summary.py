@@ -88,7 +88,7 @@ _PARTS = (("cuda_init_s", "CUDA context"), ("reference_s", "reference"), ("smoke
           ("adversarial_s", "adversarial values"), ("shapes_s", "shapes and seeds"), ("inputs_s", "timing inputs"),
           ("baseline_compile_s", "torch.compile baseline"), ("interleaved_s", "timing loop"),
           ("timed_checks_s", "timed-call checks"), ("roofline_s", "roofline"), ("shape_timings_s", "per-shape timing"),
-          ("reverify_s", "re-verification"), ("oom_retry_s", "out of GPU memory beside others, before trying alone"),
+          ("reverify_s", "re-verification"), ("state_s", "interpreter state compared"), ("oom_retry_s", "out of GPU memory beside others, before trying alone"),
           # In a pipeline: stopped while another evaluation timed (evaluator.gate), and queued for a worker.
           ("start_gate_wait_s", "waiting after the start"), ("compile_gate_wait_s", "waiting after a compile"),
           ("gate_wait_s", "waiting to time"), ("queued_s", "queued for a worker"))

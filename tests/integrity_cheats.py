@@ -104,3 +104,131 @@ def broken_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
 def row_sum_cheat(seed: str) -> str:
     """A real launch into its output buffer, then PyTorch's sum (a reduction no deny-list named)."""
     return _change(seed, "        return out", "        return torch.sum(x, dim=-1)")
+
+
+# Round three (issue 32): candidates that know when they are watched, and candidates that change what
+# the reference or the checks depend on.  Each is made from an honest seed by ``watched_cheats``; the CPU
+# tests apply them to tests/test_evaluator.py's doubling kernel, the GPU's to the gelu seed.
+_WATCHED = '''
+def _watched():
+    # Honest whenever a caller looks like a check: function names on the stack, its callers' string
+    # locals (a stage label), or a dispatch mode or profiler in force.
+    import sys as _sys
+    if torch._C._len_torch_dispatch_stack() or torch.autograd.profiler._is_profiler_enabled:
+        return True
+    words = ("check", "guard", "verif", "audit", "profil", "compar", "smoke", "sample", "kept", "monitor", "reference")
+    frame = _sys._getframe(2)
+    while frame is not None:
+        seen = [frame.f_code.co_name] + [v for v in list(frame.f_locals.values()) if isinstance(v, str)]
+        if any(w in " ".join(seen).lower() for w in words):
+            return True
+        frame = frame.f_back
+    return False
+'''
+
+
+def watched_verdicts(reference_function: str) -> dict:
+    """name: (status, what the reason says) of each of :func:`watched_cheats`, the same on every device."""
+    from evaluator import Status
+
+    return {
+        "skips_work_unwatched": (Status.REJECTED, "launched no Triton kernel"),
+        "useless_launch_unwatched": (Status.INCORRECT, "timed call"),
+        "cache_by_identity_no_launch": (Status.REJECTED, "launched no Triton kernel"),
+        "slows_the_reference": (Status.REJECTED, reference_function.replace(":", ".")),
+        "profiles_the_reference": (Status.REJECTED, "sys.getprofile()"),
+        "overrides_the_operator": (Status.REJECTED, "dispatcher registrations"),
+        "patches_the_comparison": (Status.REJECTED, "evaluator.correctness.mismatch"),
+    }
+
+
+def _forward_head(seed: str) -> str:
+    """The first line of ModelNew.forward's body, where a cheat puts its own code."""
+    start = seed.index("    def forward(self")
+    end = seed.index("\n", start) + 1
+    return seed[start:end]
+
+
+def _at_forward(seed: str, code: str, module_code: str = "") -> str:
+    head = _forward_head(seed)
+    source = seed.replace(head, head + code, 1)
+    return source.replace("class ModelNew", module_code + "\n\nclass ModelNew", 1) if module_code else source
+
+
+def watched_cheats(seed: str, launch: str, reference_function: str, dispatch_key: str,
+                   dispatch_op: str) -> dict[str, tuple[str, str]]:
+    """name: (source, what it does).  ``launch``: the seed's launch line, as it stands; ``reference_function``:
+    ``module:attribute`` of the PyTorch function the task's reference calls; ``dispatch_op`` and
+    ``dispatch_key``: the aten operator the reference dispatches, and the device's dispatch key."""
+    x = "x"
+    module, attribute = reference_function.split(":")
+    first, rest = attribute[:2], attribute[2:]
+    return {
+        "skips_work_unwatched": (
+            _at_forward(seed, f"        if not _watched():\n            return torch.empty_like({x})\n", _WATCHED),
+            "reads its callers (frame names, string locals, dispatch modes, the profiler); when nothing looks like "
+            "a check, returns an unwritten buffer without launching anything"),
+        "useless_launch_unwatched": (
+            _at_forward(seed, "", _WATCHED).replace(launch, "        if not _watched():\n            n = 1\n" + launch, 1),
+            "reads its callers; when nothing looks like a check, its kernel writes one element and the rest of "
+            "the buffer is returned unwritten"),
+        "cache_by_identity_no_launch": (
+            _at_forward(seed, f"        hit = _CACHE.get(id({x}))\n        if hit is not None and hit[0] is {x}:\n"
+                              "            return hit[1]\n", "_CACHE = {}").replace(
+                "        return out\n", f"        _CACHE[id({x})] = ({x}, out)\n        return out\n", 1),
+            "remembers each output by its input's identity and returns it again without launching"),
+        "slows_the_reference": (
+            seed.replace("class ModelNew", f'''
+import sys as _sys
+_space = _sys.modules["{module}"]
+_name = "{first}" + "{rest}"
+_original = getattr(_space, _name)
+
+
+def _slowed(*args, **kwargs):
+    for _ in range(39):
+        _original(*args, **kwargs)
+    return _original(*args, **kwargs)
+
+
+setattr(_space, _name, _slowed)
+
+
+class ModelNew''', 1),
+            f"at import, replaces {module}.{attribute} (reached through sys.modules and setattr) by one that returns "
+            "the same values 40 times more slowly"),
+        "profiles_the_reference": (
+            seed.replace("class ModelNew", '''
+import sys as _sys
+import time as _time
+
+
+def _slow_reference(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "forward" and "task" in frame.f_globals.get("__name__", ""):
+        _time.sleep(0.002)
+
+
+_sys.setprofile(_slow_reference)
+
+
+class ModelNew''', 1),
+            "at import, sets a profile function that sleeps whenever the reference's forward is entered"),
+        "overrides_the_operator": (
+            seed.replace("class ModelNew", f'''
+_library = torch.library.Library("aten", "IMPL")
+_library.impl("{dispatch_op}", lambda *args, **kwargs: torch.zeros_like(args[0]), "{dispatch_key}")
+
+
+class ModelNew''', 1),
+            f"at import, registers its own kernel for aten::{dispatch_op} on {dispatch_key}, over PyTorch's"),
+        "patches_the_comparison": (
+            seed.replace("class ModelNew", '''
+import sys as _sys
+for _name in ("evaluator.correctness", "evaluator.timed_checks", "evaluator.compare"):
+    if _name in _sys.modules:
+        setattr(_sys.modules[_name], "mis" + "match", lambda *args, **kwargs: None)
+
+
+class ModelNew''', 1).replace("        return out\n", "        return out * 3\n", 1),
+            "at import, replaces the engine's comparison with one that always agrees, and returns wrong values"),
+    }

@@ -215,6 +215,7 @@ def test_result_reports_noise_work_and_phases(evaluator):
     phases = result.extra["phases"]
     assert set(phases) == {"load_s", "checks_s", "timing_s", "timed_calls_s", "host_s", "total_s",
                            "reference_s", "smoke_s", "adversarial_s", "shapes_s",  # parts of load and checks
+                           "state_s",  # the interpreter's state, taken and compared (load, checks, timing)
                            "inputs_s", "interleaved_s", "timed_checks_s", "roofline_s"}  # parts of timing
     assert 0 < phases["timed_calls_s"] <= phases["interleaved_s"] <= phases["timing_s"] <= phases["total_s"]
     assert phases["reference_s"] <= phases["load_s"]
@@ -306,7 +307,8 @@ def test_roofline_peaks_come_from_the_evaluator_never_from_a_candidate_writable_
     assert peaks_for({"bytes_per_s": 1, "flops_per_s": 2}).source == "configured"
 
 
-def test_an_evaluation_says_how_many_reps_it_timed_and_guards_calls_that_ran(evaluator, settings_restored):
+def test_an_evaluation_says_how_many_reps_it_timed_and_checks_calls_drawn_from_all_that_ran(evaluator,
+                                                                                             settings_restored):
     from evaluator.settings import TimingSettings
 
     loose = TimingSettings(warmup=1, reps=60, budget_s=120.0, batch=1, precision=0.5, min_reps=5)
@@ -314,11 +316,9 @@ def test_an_evaluation_says_how_many_reps_it_timed_and_guards_calls_that_ran(eva
     assert result.status is Status.CORRECT, result.reason
     reps = result.extra["timed_reps"]
     assert 5 <= reps < 60
-    guarded = result.extra["timed_checks"]["guarded_calls"]
-    # The first call, three drawn from the calls sure to run (warm-up and min_reps), one per doubling
-    # reached, and the first of the round checked after the last: none beyond the calls made.
-    made = 1 + reps + result.extra["timed_checks"]["input_sets"]
-    assert guarded[0] == 1 and len([n for n in guarded if n <= 1 + 5]) >= 4 and max(guarded) <= made
+    # Three outputs kept, each drawn after its call returned, from the calls made (warm-up and reps).
+    kept = result.extra["timed_checks"]["kept_checked"]
+    assert len(kept) == 3 and max(kept) <= 1 + reps
     with pytest.raises(ValueError, match="precision"):
         EvaluatorSettings(timing=TimingSettings(precision=1.0))
     with pytest.raises(ValueError, match="min_reps"):

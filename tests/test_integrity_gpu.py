@@ -3,7 +3,8 @@ catches its cheat and lets honest kernels through (cheats in tests/integrity_che
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
-from tests.integrity_cheats import CAST_GLUE_DOES_THE_WORK, CAST_HONEST, CAST_TASK, gelu_cheats, row_sum_cheat
+from tests.integrity_cheats import (CAST_GLUE_DOES_THE_WORK, CAST_HONEST, CAST_TASK, gelu_cheats, row_sum_cheat,
+                                    watched_verdicts)
 
 pytestmark = pytest.mark.gpu
 
@@ -28,7 +29,10 @@ def test_honest_kernels_pass_with_their_share_of_device_time(gpu_evaluator, buil
 def test_a_kernel_on_a_side_stream_is_rejected(gpu_evaluator, builtin_tasks):
     task = builtin_tasks["gelu"]
     result = gpu_evaluator.evaluate(task.name, task.source, gelu_cheats(task.seeds[0])["side_stream"][0])
-    assert result.status is Status.REJECTED and "another CUDA stream" in result.reason, result.reason
+    # Caught by whichever comes first: a kept output copied on the caller's stream before the side
+    # stream's work ended is wrong, or the audited batch sees the kernel on another stream.
+    assert (result.status is Status.REJECTED and "another CUDA stream" in result.reason) or (
+        result.status is Status.INCORRECT and "drawn for checking after it returned" in result.reason), result.reason
 
 
 def test_glue_doing_the_work_beside_a_useless_launch_is_rejected_by_its_device_share(gpu_evaluator):
@@ -59,3 +63,30 @@ def test_an_output_cached_by_identity_gains_nothing(gpu_evaluator, builtin_tasks
     cached = gpu_evaluator.evaluate(task.name, task.source, gelu_cheats(task.seeds[0])["cache_by_identity"][0])
     assert cached.status is Status.CORRECT, cached.reason  # correct: it recomputes every call
     assert cached.speedup < honest.speedup * 1.15, (cached.speedup, honest.speedup)
+
+
+# Round three: the same cheats and verdicts as on the CPU (tests/test_integrity_watched.py).
+WATCHED_EXPECTED = watched_verdicts("torch.nn.functional:gelu")
+
+
+def gelu_watched_cheats(seed: str) -> dict:
+    from tests.integrity_cheats import _GELU_LAUNCH, watched_cheats
+
+    return watched_cheats(seed, _GELU_LAUNCH, "torch.nn.functional:gelu", "CUDA", "gelu")
+
+
+@pytest.mark.parametrize("name", sorted(WATCHED_EXPECTED))
+def test_watched_and_reference_cheats_are_caught(gpu_evaluator, builtin_tasks, name):
+    task = builtin_tasks["gelu"]
+    status, reason = WATCHED_EXPECTED[name]
+    result = gpu_evaluator.evaluate(task.name, task.source, gelu_watched_cheats(task.seeds[0])[name][0])
+    assert result.status is status and reason in result.reason, (name, result.status, result.reason, result.error)
+
+
+def test_an_honest_kernel_counts_its_launches_and_its_kept_outputs(gpu_evaluator, builtin_tasks):
+    task = builtin_tasks["gelu"]
+    result = gpu_evaluator.evaluate(task.name, task.source, task.seeds[0])
+    assert result.status is Status.CORRECT, (result.reason, result.error)
+    verified = result.extra["timed_checks"]
+    assert verified["launches"] == [1, 1] and len(verified["kept_checked"]) >= 1
+    assert verified["triton_share"] >= 0.9 and verified["stream_checked"], verified

@@ -107,6 +107,6 @@ def test_the_warm_up_goes_through_the_timer_as_the_timed_rounds_do(sleeper, monk
     # left the first timed rounds slower than the rest (throughput_bench.md, round 11).
     batches = []
     run = timing._WallTimer.run
-    monkeypatch.setattr(timing._WallTimer, "run", lambda self, calls: batches.append(len(calls)) or run(self, calls))
+    monkeypatch.setattr(timing._WallTimer, "run", lambda self, calls, hooks: batches.append(len(calls)) or run(self, calls, hooks))
     timed = time_interleaved(sleeper(2), {"r": sleeper(4)}, "cpu", warmup=3, reps=5, budget_s=600.0, batch=1)
     assert batches == [2] * (3 + 5) and timed["r"].candidate.samples == 5
