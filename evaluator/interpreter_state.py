@@ -183,69 +183,101 @@ def _module_tree(model: torch.nn.Module) -> dict[str, object]:
 
 
 class InterpreterState:
-    """A snapshot of what the reference, the timer and the checks depend on (see the module's text)."""
+    """A snapshot of what the reference, the timer and the checks depend on (see the module's text).
 
-    def __init__(self, entries: dict[str, object], spaces: set[str], grows: set[str], dispatcher: str):
-        self._entries, self._spaces, self._grows, self._dispatcher = entries, spaces, grows, dispatcher
+    Kept as references into the live namespaces (each module's and class's own ``__dict__``), so a
+    comparison reads each attribute once and compares identities: a few milliseconds, no names
+    built unless something changed."""
+
+    def __init__(self, attributes: list[tuple], closed: list[tuple], others: dict[str, object], dispatcher: str):
+        self._attributes = attributes  # (label, namespace, key, value, function parts or None, contents or None)
+        self._closed = closed  # (label, namespace, its keys): namespaces where a new key is a change
+        self._others, self._dispatcher = others, dispatcher
 
     @classmethod
     def capture(cls, task_module: types.ModuleType | None = None, reference: torch.nn.Module | None = None,
                 dispatcher: bool = True) -> "InterpreterState":
         """Taken before the candidate's module is loaded.  ``task_module``: the problem file's module;
         ``reference``: the reference instance."""
-        entries: dict[str, object] = {}
-        grows: set[str] = set()  # namespaces whose new attributes are no change (a library's module)
-        spaces = {**_namespaces(), **_engine_modules()}
+        attributes: list[tuple] = []
+        closed: list[tuple] = []
+        engine = _engine_modules()
+        spaces = {**_namespaces(), **engine}
         classes = dict(_classes())
         if task_module is not None:
             spaces[f"the task's module {task_module.__name__}"] = task_module
-        engine = _engine_modules()
         for label, space in spaces.items():
-            if label not in ("builtins",) and not label.startswith("the task"):
-                grows.add(label)
             mine = label in engine or label.startswith("the task")  # classes defined there: their methods too
-            _take(entries, label, _attributes(space), classes,
+            namespace = _namespace(space)
+            _take(attributes, label, namespace, classes,
                   own_module=getattr(space, "__name__", None) if mine else None, engine=label in engine)
+            if label == "builtins" or label.startswith("the task"):  # a new name there shadows another
+                closed.append((label, namespace, set(namespace)))
         for label, klass in classes.items():
-            _take(entries, label, dict(vars(klass)), {}, own_module=None)
-        for label, value in _switches().items():
-            entries[label] = value
-        if reference is not None:
-            entries.update(_module_tree(reference))
-        return cls(entries, {*spaces, *classes}, grows, _dispatcher() if dispatcher else "")
+            namespace = klass.__dict__  # a live view: an attribute added to a class shadows its bases'
+            _take(attributes, label, namespace, {}, own_module=None)
+            closed.append((label, namespace, set(namespace)))
+        return cls(attributes, closed, _others(reference), _dispatcher() if dispatcher else "")
 
     def changes(self, task_module=None, reference=None, dispatcher: bool = True) -> list[str]:
         """What differs from the snapshot, by name (empty: nothing); ``dispatcher=False`` skips the
         operators' tables (tens of milliseconds), for checks made often."""
-        now = InterpreterState.capture(task_module, reference, dispatcher=False)
         changed = []
-        for key, before in self._entries.items():
-            if key not in now._entries:
+        for label, namespace, key, before, parts, contents in self._attributes:
+            now = namespace.get(key, _MISSING)
+            if now is _MISSING and key not in namespace:
+                changed.append(f"{label}.{key} (removed)")
+            elif (now is not before and not _same(before, now)) or (
+                    parts is not None and not _same(parts, _function_parts(now))) or (
+                    contents is not None and contents != _contents(now)):
+                changed.append(f"{label}.{key}")
+        for label, namespace, keys in self._closed:
+            changed += [f"{label}.{key} (added)" for key in namespace.keys() - keys]
+        others = _others(reference)
+        for key, before in self._others.items():
+            if key not in others:
                 changed.append(f"{key} (removed)")
-            elif not _same(before, now._entries[key]):
+            elif not _same(before, others[key]):
                 changed.append(key)
-        for key in now._entries.keys() - self._entries.keys():
-            space = key.rsplit(".", 1)[0]
-            if space in self._spaces and space not in self._grows and not key.endswith((" (code)", " (contents)")):
-                changed.append(f"{key} (added)")
+        changed += [f"{key} (added)" for key in others.keys() - self._others.keys()]
         if dispatcher and self._dispatcher and _dispatcher() != self._dispatcher:
             changed.append("a PyTorch operator's dispatcher registrations (a kernel registered over PyTorch's)")
         return changed
 
 
-def _attributes(space) -> dict:
-    """A namespace's own attributes (by ``dir`` where it has no ``__dict__``: a C extension's)."""
-    try:
-        return dict(vars(space))
-    except TypeError:
-        return {name: getattr(space, name, None) for name in dir(space) if not name.startswith("__")}
+def _others(reference) -> dict[str, object]:
+    """The switches and, with a reference, its module tree: recomputed at each comparison."""
+    out = dict(_switches())
+    if reference is not None:
+        out.update(_module_tree(reference))
+    return out
+
+
+class _ByName(dict):
+    """A namespace without ``__dict__`` (a C extension's), read attribute by attribute."""
+
+    def __init__(self, space):
+        super().__init__({name: getattr(space, name, None) for name in dir(space) if not name.startswith("__")})
+        self.space = space
+
+    def get(self, key, default=None):
+        return getattr(self.space, key, default)
+
+    def keys(self):
+        return {name for name in dir(self.space) if not name.startswith("__")}
+
+
+def _namespace(space):
+    """A module's or a class's own attributes, live where it has a ``__dict__``."""
+    namespace = getattr(space, "__dict__", None)
+    return namespace if namespace is not None else _ByName(space)
 
 
 # Registries that stay the same object while hooks are added to them.
 _REGISTRIES = ("torch.nn.modules.module._global_",)
 
 
-def _take(entries: dict, label: str, namespace: dict, classes: dict, own_module: str | None,
+def _take(attributes: list, label: str, namespace, classes: dict, own_module: str | None,
           engine: bool = False) -> None:
     for key, value in list(namespace.items()):
         if key in ("__dict__", "__weakref__", "__doc__", "__annotations__", "__builtins__", "__loader__",
@@ -254,12 +286,8 @@ def _take(entries: dict, label: str, namespace: dict, classes: dict, own_module:
         if engine and isinstance(value, _SCALARS + (dict, list, set)) and not key.isupper():
             continue  # the engine's own state (launch counts, caches): what it computes, not what it runs
         full = f"{label}.{key}"
-        entries[full] = value
-        parts = _function_parts(value)
-        if parts is not None:
-            entries[f"{full} (code)"] = parts
-        if full.startswith(_REGISTRIES):
-            entries[f"{full} (contents)"] = _contents(value)
+        contents = _contents(value) if full.startswith(_REGISTRIES) else None
+        attributes.append((label, namespace, key, value, _function_parts(value), contents))
         if isinstance(value, type) and own_module and getattr(value, "__module__", None) == own_module:
             classes.setdefault(full, value)  # a class defined there (the engine's, the task's): its methods
 
@@ -287,7 +315,7 @@ class StateWatch:
     """The snapshot of one evaluation and what it is compared with: the task's module and the
     reference instance, taken before the candidate's module is loaded (see the module's text)."""
 
-    def __init__(self, task_module, reference, every: int = 4, during: int = 2):
+    def __init__(self, task_module, reference, every: int = 4, during: int = 1):
         """``every``, ``during``: after a timing batch, compared with odds 1 in ``every``, drawn after the
         batch, up to ``during`` times an evaluation (a comparison costs milliseconds of the host's time)."""
         self.task_module, self.reference, self.every, self.during = task_module, reference, every, during
