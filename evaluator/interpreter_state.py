@@ -37,6 +37,9 @@ import types
 
 import torch
 
+from evaluator.calls import Failure
+from evaluator.result import Status
+
 _MISSING = object()
 _SCALARS = (int, float, bool, str, bytes, type(None))
 
@@ -320,14 +323,9 @@ class StateWatch:
         batch, up to ``during`` times an evaluation (a comparison costs milliseconds of the host's time)."""
         self.task_module, self.reference, self.every, self.during = task_module, reference, every, during
         self.state = InterpreterState.capture(task_module, reference)
-        self.compared = 0
 
     def check(self, where: str, dispatcher: bool = False) -> None:
         """Rejects the candidate if anything changed since the snapshot; ``where``: when, for the reason."""
-        from evaluator.calls import Failure
-        from evaluator.result import Status
-
-        self.compared += 1
         changed = self.state.changes(self.task_module, self.reference, dispatcher=dispatcher)
         if changed:
             shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
