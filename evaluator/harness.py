@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
-from evaluator.calls import Failure, error_text, make_inputs, synchronize
+from evaluator.calls import Failure, call, error_text, make_inputs, synchronize
 from evaluator.compare import mismatch
 from evaluator.correctness import Verifier
+from evaluator.dispatcher_state import Recorder
 from evaluator.guards import compiled_kernels
 from evaluator.interpreter_state import StateWatch
 from evaluator.invoke import Invoker
@@ -250,10 +251,9 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         began += gate.start_wait_s
     with phases.timed("reference_s"):
         reference, on_device = build_reference(problem, device)
-        # What the reference alone needs, measured before any candidate code runs.
-        reference_bytes = memory.reference_footprint(problem, reference, shapes[-1], request["seeds"][0], device)
+        reference_bytes, operators = _reference_alone(problem, reference, shapes, request["seeds"][0], device)
     with phases.timed("state_s"):  # what the reference and the timer depend on, before any candidate code
-        watch = StateWatch(problem, reference)
+        watch = StateWatch(problem, reference, operators=operators)
     if device.startswith("cuda"):  # in a pipeline, this candidate's JIT compiles overlap another's timing
         compile_sections(request.get("gate_fds"), torch.cuda.synchronize)
     try:
@@ -288,6 +288,20 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         raise
     finally:
         invoker.close()
+
+
+def _reference_alone(problem, reference, shapes, seed: int, device: str):
+    """Before any candidate code runs: the reference's own memory peak on the largest shape set, and
+    the operators that it (on every shape set), the comparison and the harness dispatch, whose
+    dispatcher tables the state checks read (``evaluator.dispatcher_state``)."""
+    recorder = Recorder()
+    with recorder(), torch.no_grad():
+        peak = memory.reference_footprint(problem, reference, shapes[-1], seed, device)
+        for shape in shapes[:-1] if peak is not None else shapes:  # the largest has run where measured
+            call(reference, make_inputs(problem, shape, seed, device), "reference")
+        probe = torch.zeros(8, device=device)
+        mismatch(probe, probe.clone(), None, None)
+    return peak, recorder.operators()
 
 
 def _checked_and_timed(request: dict, device: str, problem, reference, invoker, watch, shapes, phases, began,

@@ -17,7 +17,8 @@ the candidate's module is loaded, what a reference's ``forward`` reaches:
 - global hooks and switches: the ``nn.Module`` global hooks, trace and profile functions,
   ``sys.monitoring`` tools, the dispatch and function mode stacks, autocast, the backends' flags,
   the default dtype, deterministic algorithms, float32 matmul precision;
-- every operator's dispatcher table (a kernel registered over PyTorch's own changes it).
+- the dispatcher tables of the operators the evaluation reaches (a kernel registered over PyTorch's
+  own changes them; :mod:`evaluator.dispatcher_state` says which are read).
 
 :meth:`InterpreterState.changes` names whatever differs since: the harness rejects the candidate.
 Attributes added to a library's module (a submodule imported late, a cache) are not changes;
@@ -26,7 +27,6 @@ an attribute added to a class, to the task's module or to ``builtins`` is (it sh
 from __future__ import annotations
 
 import builtins
-import hashlib
 import math
 import operator
 import secrets
@@ -38,6 +38,7 @@ import types
 import torch
 
 from evaluator.calls import Failure
+from evaluator.dispatcher_state import tables_digest
 from evaluator.result import Status
 
 _MISSING = object()
@@ -121,6 +122,9 @@ def _switches() -> dict[str, object]:
         "threading profile hook": getattr(threading, "_profile_hook", None),
         "torch dispatch mode stack": torch._C._len_torch_dispatch_stack(),
         "torch function mode stack": torch._C._len_torch_function_stack(),
+        # Dispatch keys forced on or off for this thread (the Python key, say, routes every operator).
+        "the thread's included dispatch keys": str(torch._C._dispatch_tls_local_include_set()),
+        "the thread's excluded dispatch keys": str(torch._C._dispatch_tls_local_exclude_set()),
         "torch.get_default_dtype()": torch.get_default_dtype(),
         "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
         "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
@@ -160,14 +164,6 @@ def _switches() -> dict[str, object]:
     return out
 
 
-def _dispatcher() -> str:
-    """A digest of every operator's dispatcher registrations."""
-    digest = hashlib.sha256()
-    for name in sorted(torch._C._dispatch_get_registrations_for_dispatch_key("")):
-        digest.update(torch._C._dispatch_dump(name).encode())
-    return digest.hexdigest()
-
-
 def _module_tree(model: torch.nn.Module) -> dict[str, object]:
     """The reference's modules: each one's attributes, hooks, parameters and buffers, by identity."""
     out: dict[str, object] = {}
@@ -192,16 +188,18 @@ class InterpreterState:
     comparison reads each attribute once and compares identities: a few milliseconds, no names
     built unless something changed."""
 
-    def __init__(self, attributes: list[tuple], closed: list[tuple], others: dict[str, object], dispatcher: str):
+    def __init__(self, attributes: list[tuple], closed: list[tuple], others: dict[str, object], dispatcher: str,
+                 operators: frozenset[str] | None):
         self._attributes = attributes  # (label, namespace, key, value, function parts or None, contents or None)
         self._closed = closed  # (label, namespace, its keys): namespaces where a new key is a change
-        self._others, self._dispatcher = others, dispatcher
+        self._others, self._dispatcher, self._operators = others, dispatcher, operators
 
     @classmethod
     def capture(cls, task_module: types.ModuleType | None = None, reference: torch.nn.Module | None = None,
-                dispatcher: bool = True) -> "InterpreterState":
+                dispatcher: bool = True, operators: frozenset[str] | None = None) -> "InterpreterState":
         """Taken before the candidate's module is loaded.  ``task_module``: the problem file's module;
-        ``reference``: the reference instance."""
+        ``reference``: the reference instance; ``operators``: those whose dispatcher tables are read
+        (None: every operator's)."""
         attributes: list[tuple] = []
         closed: list[tuple] = []
         engine = _engine_modules()
@@ -220,11 +218,12 @@ class InterpreterState:
             namespace = klass.__dict__  # a live view: an attribute added to a class shadows its bases'
             _take(attributes, label, namespace, {}, own_module=None)
             closed.append((label, namespace, set(namespace)))
-        return cls(attributes, closed, _others(reference), _dispatcher() if dispatcher else "")
+        return cls(attributes, closed, _others(reference), tables_digest(operators) if dispatcher else "", operators)
 
     def changes(self, task_module=None, reference=None, dispatcher: bool = True) -> list[str]:
         """What differs from the snapshot, by name (empty: nothing); ``dispatcher=False`` skips the
-        operators' tables (tens of milliseconds), for checks made often."""
+        operators' tables (milliseconds; a tenth of a second when every operator's is read), for
+        checks made often."""
         changed = []
         for label, namespace, key, before, parts, contents in self._attributes:
             now = namespace.get(key, _MISSING)
@@ -243,7 +242,7 @@ class InterpreterState:
             elif not _same(before, others[key]):
                 changed.append(key)
         changed += [f"{key} (added)" for key in others.keys() - self._others.keys()]
-        if dispatcher and self._dispatcher and _dispatcher() != self._dispatcher:
+        if dispatcher and self._dispatcher and tables_digest(self._operators) != self._dispatcher:
             changed.append("a PyTorch operator's dispatcher registrations (a kernel registered over PyTorch's)")
         return changed
 
@@ -318,11 +317,14 @@ class StateWatch:
     """The snapshot of one evaluation and what it is compared with: the task's module and the
     reference instance, taken before the candidate's module is loaded (see the module's text)."""
 
-    def __init__(self, task_module, reference, every: int = 4, during: int = 1):
+    def __init__(self, task_module, reference, every: int = 4, during: int = 1,
+                 operators: frozenset[str] | None = None):
         """``every``, ``during``: after a timing batch, compared with odds 1 in ``every``, drawn after the
-        batch, up to ``during`` times an evaluation (a comparison costs milliseconds of the host's time)."""
+        batch, up to ``during`` times an evaluation (a comparison costs milliseconds of the host's time);
+        ``operators``: those whose dispatcher tables are read (:class:`evaluator.dispatcher_state.Recorder`)."""
         self.task_module, self.reference, self.every, self.during = task_module, reference, every, during
-        self.state = InterpreterState.capture(task_module, reference)
+        self.operators = operators
+        self.state = InterpreterState.capture(task_module, reference, operators=operators)
 
     def check(self, where: str, dispatcher: bool = False) -> None:
         """Rejects the candidate if anything changed since the snapshot; ``where``: when, for the reason."""
@@ -340,4 +342,4 @@ class StateWatch:
 
     def retake(self) -> None:
         """Taken again (after the engine's own change, such as inductor's compile of the baseline)."""
-        self.state = InterpreterState.capture(self.task_module, self.reference)
+        self.state = InterpreterState.capture(self.task_module, self.reference, operators=self.operators)
