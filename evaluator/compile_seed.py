@@ -79,9 +79,12 @@ def _heuristic(fn: ast.FunctionDef) -> str | None:
                  if isinstance(d, ast.Call) and "triton_heuristics" in ast.unparse(d.func)), None)
 
 
-def convert_kernel(index: int, name: str, source: str) -> tuple[str, str, str]:
+def convert_kernel(index: int, name: str, source: str, config: dict | None = None) -> tuple[str, str, str]:
     """(tunable constants, plain ``@triton.jit`` kernel, launcher) for one generated kernel.
 
+    ``config``: the launch configuration inductor's autotuning chose for it
+    (``evaluator.seed_capture``: ``{"kwargs": {"XBLOCK": ...}, "num_warps", "num_stages"}``), the
+    constants' starting values; without one, generic values by the kernel's kind.
     Other ``@triton.jit`` functions in its source (the combine function of a scan) come
     along, renamed for this kernel: another kernel's helper may share the name."""
     tree = ast.parse(source)
@@ -91,16 +94,29 @@ def convert_kernel(index: int, name: str, source: str) -> tuple[str, str, str]:
         raise NoSeed(f"kernel {name}: no function in its source")
     helpers = [f for f in functions if f is not fn]
     if not helpers:
-        return _convert_main(index, name, source, fn)
+        return _convert_main(index, name, source, fn, config)
     for helper in helpers:  # identifiers only: line numbers stay as parsed
         source = re.sub(rf"\b{helper.name}\b", f"_k{index}{helper.name}", source)
     lines = source.splitlines()
     texts = ["\n".join(lines[min([h.lineno, *(d.lineno for d in h.decorator_list)]) - 1:h.end_lineno]) for h in helpers]
-    constants, kernel, launcher = _convert_main(index, name, source, ast.parse(source).body[tree.body.index(fn)])
+    constants, kernel, launcher = _convert_main(index, name, source, ast.parse(source).body[tree.body.index(fn)],
+                                                config)
     return constants, "\n\n\n".join([*texts, kernel]), launcher
 
 
-def _convert_main(index: int, name: str, source: str, fn: ast.FunctionDef) -> tuple[str, str, str]:
+def _starting_values(kind: str, config: dict | None) -> dict[str, int]:
+    """Block sizes and warps (and stages, where known) to start from: inductor's chosen ones."""
+    values = dict(_DEFAULTS[kind])
+    if config:
+        values.update({k: v for k, v in (config.get("kwargs") or {}).items() if k in _DIMS and v > 0})
+        for key in ("num_warps", "num_stages"):
+            if isinstance(config.get(key), int) and config[key] > 0:
+                values[key.upper()] = config[key]
+    return values
+
+
+def _convert_main(index: int, name: str, source: str, fn: ast.FunctionDef,
+                  config: dict | None = None) -> tuple[str, str, str]:
     kind = _heuristic(fn) or "pointwise"
     if kind == "template":
         return convert_template(index, name, source, fn)
@@ -112,7 +128,7 @@ def _convert_main(index: int, name: str, source: str, fn: ast.FunctionDef) -> tu
         raise NoSeed(f"kernel {name}: unknown compile-time parameters {unknown}")
     lines = source.splitlines()
     body = "\n".join(lines[fn.lineno - 1:fn.end_lineno])  # the def and its body, without decorators
-    defaults = _DEFAULTS[kind]
+    defaults = _starting_values(kind, config)
     constants, launch_kw, grid = [], [], ["1", "1", "1"]
     for block in constexpr:
         numel, axis = _DIMS[block]
@@ -134,6 +150,9 @@ def _convert_main(index: int, name: str, source: str, fn: ast.FunctionDef) -> tu
             grid[axis] = numel
     constants.append(f"K{index}_NUM_WARPS = {defaults['NUM_WARPS']}")
     launch_kw.append(f"num_warps=K{index}_NUM_WARPS")
+    if "NUM_STAGES" in defaults:
+        constants.append(f"K{index}_NUM_STAGES = {defaults['NUM_STAGES']}")
+        launch_kw.append(f"num_stages=K{index}_NUM_STAGES")
     params = ", ".join(runtime)
     launcher = (f"def _launch_{index}({params}):\n"
                 f"    grid = ({', '.join(grid)},)\n"
@@ -267,11 +286,14 @@ def _argument(source_name: str, forward_params: list[str]) -> str:
     return expr
 
 
-def seed_from_inductor(code: str, graph_inputs: list[str], task_source: str, *, origin: str = "") -> str:
-    """A candidate module (defining ``ModelNew``) from inductor's output and dynamo's graph inputs."""
+def seed_from_inductor(code: str, graph_inputs: list[str], task_source: str, *, origin: str = "",
+                       configs: dict[str, dict] | None = None) -> str:
+    """A candidate module (defining ``ModelNew``) from inductor's output and dynamo's graph inputs;
+    ``configs``: per kernel, the launch configuration inductor's autotuning chose
+    (``evaluator.seed_capture.capture``)."""
     constants, definitions, launchers = [], [], {}
     for index, (name, source) in enumerate(kernels_of(code)):
-        consts, kernel, launcher = convert_kernel(index, name, source)
+        consts, kernel, launcher = convert_kernel(index, name, source, (configs or {}).get(name))
         constants.append(consts)
         definitions.append(kernel + "\n\n" + launcher)
         launchers[name] = f"_launch_{index}"
@@ -292,7 +314,9 @@ def seed_from_inductor(code: str, graph_inputs: list[str], task_source: str, *, 
     signature = forward_signature(task_source)  # the reference's defaults kept: forward(x) as forward(x, mask=None)
     header = (f'"""Seed kernel derived from torch.compile (inductor) of the task\'s reference{origin}.\n\n'
               "Inductor's generated Triton kernels with its autotuning removed: block sizes and warps\n"
-              'are the module-level constants below; every power of two in range stays correct."""\n')
+              "are the module-level constants below, starting from the configuration inductor's\n"
+              "autotuning chose for the shapes it was compiled on; every power of two in range stays\n"
+              'correct."""\n')
     return "\n".join([
         header,
         "\n".join(_HEADER_IMPORTS) + "\n"

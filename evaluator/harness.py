@@ -161,11 +161,14 @@ def make_compile_seed(request: dict) -> dict:
     try:
         problem = _load_module(request["task_source"], scratch, "task")
         reference, _ = build_reference(problem, device)
-        shape = select_shapes(problem, device, request["cpu_max_numel"])[-1]  # no size-1 dims to specialise on
-        code, graph_inputs = seed_capture.capture(reference, make_inputs(problem, shape, 0, device),
-                                                  gate_fds=request.get("gate_fds"))
-        captured = {"inductor_code": code, "graph_inputs": graph_inputs}
-        source = compile_seed.seed_from_inductor(code, graph_inputs, request["task_source"],
+        shapes = select_shapes(problem, device, request["cpu_max_numel"])
+        # Compiled and autotuned for the largest shape set, the one timed (no size-1 dims to
+        # specialise on); for it alone where the task has one, for any where it has several.
+        code, graph_inputs, configs = seed_capture.capture(
+            reference, make_inputs(problem, shapes[-1], 0, device), gate_fds=request.get("gate_fds"),
+            dynamic=len(shapes) > 1)
+        captured = {"inductor_code": code, "graph_inputs": graph_inputs, "configs": configs}
+        source = compile_seed.seed_from_inductor(code, graph_inputs, request["task_source"], configs=configs,
                                                  origin=f", torch {torch.__version__}")
         return {"ok": True, "source": source, **captured}
     except compile_seed.NoSeed as exc:

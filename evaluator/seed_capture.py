@@ -1,10 +1,13 @@
 """Capturing inductor's output for a reference, compiled so that as much as possible is Triton.
 
 Runs in the sandbox on a GPU (the reference is the user's code).  The reference is compiled
-with dynamic shapes, and inductor is steered away from what a seed cannot use:
+for the shapes it is timed on (with dynamic shapes where the task has several shape sets, so
+the seed holds on all of them), inductor autotunes each kernel on those shapes as torch.compile
+does, and the configuration it chose is read back from the kernel it ran: the seed starts
+from inductor's own tuning.  Inductor is steered away from what a seed cannot use:
 
 - inductor's analysis of memory coalescing, which fails on some reductions with dynamic
-  shapes, is off, and so is its benchmarking of pointwise configurations (a seed has its own);
+  shapes, is off;
 - matrix products become inductor's Triton GEMM templates (max-autotune over Triton
   configurations only) rather than cuBLAS calls;
 - convolutions stay ``extern_kernels.convolution`` calls (no autotuning between cuDNN and
@@ -33,8 +36,6 @@ from evaluator.gate import host_section
 _INDUCTOR_CONFIG = {
     "max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON", "autotune_fallback_to_aten": False,
     "max_autotune_conv_backends": "ATEN", "layout_optimization": False, "force_layout_optimization": False,
-    # The seed drops inductor's per-kernel autotuning anyway: no time spent benchmarking configs.
-    "triton.autotune_pointwise": False,
     # Its analysis fails an assertion on some reductions with dynamic shapes (torch 2.11: a
     # convolution, then a logsumexp over channels); it only picks tile shapes.
     "triton.coalesce_tiling_analysis": False,
@@ -133,22 +134,66 @@ def _lowering_switches():
         yield
 
 
-def capture(reference, inputs: list, gate_fds: list[int] | None = None) -> tuple[str, list[str]]:
-    """Inductor's output module for ``reference(*inputs)`` compiled with dynamic shapes, and the
-    sources of its graph inputs in dynamo's order (that of the wrapper's ``call(args)``).  With a
-    timing gate (a seed derived while a search times candidates), inductor's compile is host work
-    that another evaluation's timing need not stop (:func:`evaluator.gate.host_section`).
+def _chosen(kernel) -> dict | None:
+    """The launch configuration inductor's autotuning settled on for one kernel (its benchmarked
+    winner, or its only candidate), as ``{"kwargs", "num_warps", "num_stages"}``; None if unknown."""
+    for attribute in ("launchers", "compile_results", "configs"):
+        found = getattr(kernel, attribute, None) or []
+        if len(found) == 1:
+            config = getattr(found[0], "config", found[0])
+            kwargs = getattr(config, "kwargs", None)
+            if isinstance(kwargs, dict):
+                return {"kwargs": {k: v for k, v in kwargs.items() if isinstance(v, int)},
+                        "num_warps": getattr(config, "num_warps", None),
+                        "num_stages": getattr(config, "num_stages", None)}
+        if found:
+            return None  # several left: not autotuned (never run)
+    return None
+
+
+def _configs(modules: list, code: str) -> dict[str, dict]:
+    """Per kernel of ``code`` (by its variable), the configuration chosen in whichever loaded
+    module ran it (inductor may load its output twice; only the one it calls was autotuned)."""
+    from evaluator.compile_seed import kernels_of
+
+    out: dict[str, dict] = {}
+    for name, _ in kernels_of(code):
+        for module in modules:
+            chosen = _chosen(getattr(module, name, None))
+            if chosen is not None:
+                out[name] = chosen
+                break
+    return out
+
+
+def capture(reference, inputs: list, gate_fds: list[int] | None = None,
+            dynamic: bool = True) -> tuple[str, list[str], dict[str, dict]]:
+    """Inductor's output module for ``reference(*inputs)`` compiled with dynamic shapes (or, with
+    ``dynamic=False``, for these shapes only), the sources of its graph inputs in dynamo's order
+    (that of the wrapper's ``call(args)``), and per kernel the launch configuration inductor's
+    autotuning chose for ``inputs`` (:func:`_chosen`).  Float attributes (``eps``) are constants
+    in the graph, not inputs.  With a timing gate (a seed derived while a search times
+    candidates), inductor's compile is host work that another evaluation's timing need not stop
+    (:func:`evaluator.gate.host_section`).
 
     Dynamo may compile more than once (a recompilation, a graph break): a second call
     shows which graphs really run, and exactly one must.
     """
     import torch
+    from torch._inductor.codecache import PyCodeCache
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.graph import GraphLowering
 
     codes: list[str] = []
     graphs: list[dict] = []
+    modules: list = []
     decompositions = _decompositions()
+    load = PyCodeCache.load_by_key_path
+
+    def loading(*args, **kwargs):
+        module = load(*args, **kwargs)
+        modules.append(module)
+        return module
 
     def backend(gm, example_inputs):
         first = len(codes)
@@ -172,8 +217,10 @@ def capture(reference, inputs: list, gate_fds: list[int] | None = None) -> tuple
         fx_config.use_duck_shape = False
     except (ImportError, AttributeError):
         pass
-    compiled = torch.compile(reference, backend=backend, dynamic=True)
-    with _lowering_switches(), mock.patch.object(GraphLowering, "save_output_code", staticmethod(codes.append)):
+    compiled = torch.compile(reference, backend=backend, dynamic=dynamic)
+    with _lowering_switches(), mock.patch.object(GraphLowering, "save_output_code", staticmethod(codes.append)), \
+            mock.patch.object(PyCodeCache, "load_by_key_path", staticmethod(loading)), \
+            torch._dynamo.config.patch(specialize_float=True):
         compiled(*inputs)
         for graph in graphs:
             graph["calls"] = 0
@@ -182,4 +229,5 @@ def capture(reference, inputs: list, gate_fds: list[int] | None = None) -> tuple
     if len(used) != 1 or len(used[0]["codes"]) != 1:
         raise NoSeed(f"torch.compile runs the reference as {len(used)} graphs "
                      f"({len(graphs)} compiled): a seed needs exactly one")
-    return used[0]["codes"][0], used[0]["inputs"]
+    code = used[0]["codes"][0]
+    return code, used[0]["inputs"], _configs(modules, code)

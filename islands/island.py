@@ -68,6 +68,10 @@ class Island:
         weights = self.weights * np.asarray(usable, dtype=float)
         if weights.sum() <= 0:
             return "the LLM budget is spent and no offline operator is configured"
+        weights *= np.asarray([w == 0 or op.applies_to(context.parent) for w, op in zip(weights, self.operators)],
+                              dtype=float)
+        if weights.sum() <= 0:
+            return "no enabled operator can change this parent"
         return self.operators[int(rng.choice(len(self.operators), p=weights / weights.sum()))]
 
     def _target(self, parent_descriptors: dict[str, str], rng: np.random.Generator) -> dict[str, str]:

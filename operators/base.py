@@ -53,6 +53,11 @@ class Operator(abc.ABC):
     repairs: bool = False  # run only on a failed child the run loop schedules for repair, never drawn by weight
     seeds: bool = False  # run only for a seed proposal (no parent) the run loop schedules, never drawn by weight
 
+    def applies_to(self, parent: Program) -> bool:
+        """Whether this operator can change ``parent`` at all: an island draws only among those that
+        can (a rewrite of matrix products, say, has nothing to do for an elementwise kernel)."""
+        return True
+
     @abc.abstractmethod
     def propose(self, context: Context, rng: np.random.Generator) -> Proposal:
         """Return a child of ``context.parent`` (never raise for a bad parent or model output)."""

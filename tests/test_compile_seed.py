@@ -1,5 +1,6 @@
 """Seeds from torch.compile: inductor's output (captured on an H200, tests/data/inductor/) made into
 candidates that the evaluator accepts, here through Triton's interpreter."""
+import re
 import shutil
 from pathlib import Path
 
@@ -45,6 +46,18 @@ def test_inductor_output_becomes_a_plain_candidate(name):
     assert tunables["K0_NUM_WARPS"] == "warps" and any(kind in ("block", "grid") for kind in tunables.values())
     assert "triton_heuristics" not in source and "stream" not in source and "assert_size_stride" not in source
     assert "class ModelNew(_Reference)" in source and source.count("def forward(") == 1
+
+
+def test_a_seed_starts_from_the_configuration_inductors_autotuning_chose(evaluator):
+    task = load_tasks("default", names=["row_sum"])[0]
+    code = (DATA / "row_sum.py.txt").read_text()
+    kernel = re.search(r"^(\w+) = async_compile\.triton", code, re.MULTILINE).group(1)
+    chosen = {kernel: {"kwargs": {"XBLOCK": 8, "R0_BLOCK": 64}, "num_warps": 2, "num_stages": 1}}
+    source = seed_from_inductor(code, sizes("x"), task.source, configs=chosen)
+    assert {"K0_ROWS_PER_PROGRAM = 8", "K0_BLOCK_R0 = 64", "K0_NUM_WARPS = 2", "K0_NUM_STAGES = 1"} <= set(
+        source.splitlines())
+    assert "num_stages=K0_NUM_STAGES" in source
+    assert evaluator.evaluate("row_sum", task.source, source).status is Status.CORRECT
 
 
 def test_a_converted_seed_is_correct_and_mutable(evaluator):
@@ -175,8 +188,8 @@ def test_capture_records_the_graph_inputs_in_the_wrappers_order():
     namespace: dict = {}
     exec(compile(task.source, task.path, "exec"), namespace)
     reference = namespace["Model"](*namespace["get_init_inputs"]())
-    code, graph_inputs = capture(reference, namespace["get_inputs"](rows=7, cols=129))
-    assert graph_inputs == [*sizes("x"), "L['self'].eps", "L['weight']"]
-    assert "def call(" in code
+    code, graph_inputs, configs = capture(reference, namespace["get_inputs"](rows=7, cols=129))
+    assert graph_inputs == [*sizes("x"), "L['weight']"]  # eps, a float attribute, is a constant
+    assert "def call(" in code and configs == {}  # C++: no Triton kernel to have a configuration
     with pytest.raises(NoSeed, match="no Triton kernel|besides Triton"):
         seed_from_inductor(code, graph_inputs, task.source)

@@ -23,7 +23,9 @@ def test_every_task_suite_builds(suite, tmp_path):
 
 def test_defaults_build_the_offline_search(tmp_path):
     c = build(cfg(f"run.dir={tmp_path}"))
-    assert [op.name for op in c.operators] == ["constants", "param_crossover"] and c.llm is None
+    assert [op.name for op in c.operators] == ["constants", "param_crossover", "dot_precision"] and c.llm is None
+    assert c.operators[-1].tolerance == "strict"
+    assert build(cfg(f"run.dir={tmp_path}", "evaluator.tolerance=kernelbench")).operators[-1].tolerance == "kernelbench"
     assert c.steering is None
     assert len(c.tasks) == 8 and c.island_count == 2 and c.backend == "ray"
     assert c.evaluator.device == "auto" and c.ray.address is None
@@ -33,7 +35,7 @@ def test_defaults_build_the_offline_search(tmp_path):
 def test_llm_model_enables_the_llm_operators(tmp_path):
     c = build(cfg(f"run.dir={tmp_path}", "llm.model=openai/x", "llm.api_base=http://127.0.0.1:1/v1"))
     names = [op.name for op in c.operators]
-    assert names == ["constants", "param_crossover", "llm_rewrite", "llm_diff", "llm_crossover", "llm_repair",
+    assert names == ["constants", "param_crossover", "dot_precision", "llm_rewrite", "llm_diff", "llm_crossover", "llm_repair",
                      "llm_seed"]
     assert all(op.client is c.llm for op in c.operators if op.needs_llm) and c.llm.api_base == "http://127.0.0.1:1/v1"
     assert c.weights[names.index("llm_repair")] == 0 and c.steering.repair_probability == 0.5
@@ -62,7 +64,8 @@ def test_meta_prompt_evolution_is_off_unless_enabled(tmp_path):
 def test_llm_ensemble_budget_and_repair_come_from_config(tmp_path):
     c = build(cfg(f"run.dir={tmp_path}", "llm.model=[openai/a,openai/b]", "llm.budget.usd=2.5",
                   "llm.budget.calls=10", "operators.llm_repair.operator.probability=0",
-                  "operators.constants.weight=0", "operators.param_crossover.weight=0"))
+                  "operators.constants.weight=0", "operators.param_crossover.weight=0",
+                  "operators.dot_precision.weight=0"))
     assert c.llm.models == ["openai/a", "openai/b"] and c.steering.ensemble.models == c.llm.models
     assert (c.steering.budget.usd, c.steering.budget.calls, c.steering.budget.tokens) == (2.5, 10, None)
     assert "llm_repair" not in [op.name for op in c.operators] and not c.steering.offline_operators
@@ -91,7 +94,8 @@ def test_public_config_keys_exist():
     ("run.budget.evaluations=-1", ">= 0"),
     ("run.prepared_per_island=-1", "prepared_per_island must be >= 0"),
     ("task.names=[nope]", "no task named nope"),
-    ("operators.constants.weight=0 operators.param_crossover.weight=0", "no operator is enabled"),
+    ("operators.constants.weight=0 operators.param_crossover.weight=0 operators.dot_precision.weight=0",
+     "no operator is enabled"),
     ("llm.model=openai/x llm.budget.usd=-1", "llm.budget.usd must be >= 0"),
     ("llm.model=openai/x llm.max_in_flight=0", "max_in_flight must be positive"),
     ("llm.model=openai/x llm.transport=grpc", "llm.transport must be one of auto, litellm, http"),

@@ -1,0 +1,88 @@
+"""Offline rewrite of a kernel's fp32 matrix products onto tensor cores.
+
+Needs no LLM.  An fp32 ``tl.dot`` in IEEE precision runs on the CUDA cores (an H100 has about
+67 TFLOP/s of them in fp32, where cuBLAS keeps fp32 products too); in TF32 it runs on the tensor
+cores, about seven times as fast, but with a 10-bit mantissa: about 5e-4 relative error, beyond
+the strict fp32 tolerance (1e-4).  Split precision (Triton's ``input_precision="tf32x3"``, the
+3xTF32 of CUTLASS) sums three TF32 products of the operands' high and low parts: nearly fp32's
+accuracy at a third of TF32's rate, still above the CUDA cores'.
+
+So the child's dots move, all at once, to one precision:
+
+- ``tf32x3`` from IEEE (``input_precision="ieee"``, the engine's convolution) or from an
+  ``allow_tf32=`` flag (inductor's GEMM templates), under any tolerance: the evaluator's checks
+  keep it only where it passes them;
+- ``tf32`` only where the run's tolerance is ``kernelbench`` (1e-2), never under ``strict``.
+
+Dots with no precision argument are left alone: Triton already runs those in TF32 for fp32.
+A dot over fp16 or bf16 operands ignores the argument.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from operators.base import Context, Operator, Proposal
+
+# A dot's precision argument: ``input_precision="..."`` or ``allow_tf32=<expression>``.
+_PRECISION = re.compile(r"""\binput_precision\s*=\s*(["'])(ieee|tf32x3|tf32)\1|\ballow_tf32\s*=\s*[\w.]+""")
+_DOT = re.compile(r"\btl\.dot\(")
+
+
+def _dot_arguments(source: str) -> list[re.Match]:
+    """The precision arguments inside ``tl.dot(...)`` calls (brackets matched)."""
+    found = []
+    for dot in _DOT.finditer(source):
+        depth, end = 1, dot.end()
+        while end < len(source) and depth:
+            depth += {"(": 1, ")": -1}.get(source[end], 0)
+            end += 1
+        found += [m for m in _PRECISION.finditer(source, dot.end(), end)]
+    return found
+
+
+def _current(match: re.Match) -> str:
+    return match.group(2) if match.group(2) else "allow_tf32"
+
+
+def with_precision(source: str, precision: str) -> str | None:
+    """``source`` with every dot's precision argument set to ``precision``; None if nothing changes."""
+    matches = [m for m in _dot_arguments(source) if _current(m) != precision]
+    if not matches:
+        return None
+    out, last = [], 0
+    for m in sorted(matches, key=lambda m: m.start()):
+        out += [source[last:m.start()], f'input_precision="{precision}"']
+        last = m.end()
+    return "".join(out) + source[last:]
+
+
+class DotPrecision(Operator):
+    """Move the parent's fp32 dots to split precision (``tf32x3``) or, where the tolerance allows
+    it, to plain TF32 (see the module's text)."""
+
+    name = "dot_precision"
+
+    def __init__(self, *, tolerance: str = "strict"):
+        """``tolerance``: the evaluator's (``evaluator.tolerance``); plain TF32 only under ``kernelbench``."""
+        if tolerance not in ("strict", "kernelbench"):
+            raise ValueError(f"tolerance must be strict or kernelbench, not {tolerance!r}")
+        self.tolerance = tolerance
+
+    def _targets(self) -> list[str]:
+        return ["tf32x3"] + (["tf32"] if self.tolerance == "kernelbench" else [])
+
+    def applies_to(self, parent) -> bool:
+        return any(with_precision(parent.source, p) is not None for p in self._targets())
+
+    def propose(self, context: Context, rng: np.random.Generator) -> Proposal:
+        source = context.parent.source
+        current = {_current(m) for m in _dot_arguments(source)}
+        if not current:
+            return Proposal(self.name, None, "the parent has no dot with a precision argument")
+        options = [(p, child) for p in self._targets() if (child := with_precision(source, p)) is not None]
+        if not options:
+            return Proposal(self.name, None, f"the parent's dots are already {'/'.join(sorted(current))}")
+        precision, child = options[int(rng.integers(len(options)))]
+        return Proposal(self.name, child, f"dots {'/'.join(sorted(current))} -> {precision}")

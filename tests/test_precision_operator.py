@@ -1,0 +1,110 @@
+"""The dot-precision operator: fp32 dots onto tensor cores, split precision under any tolerance,
+plain TF32 only under the kernelbench tolerance."""
+import numpy as np
+import pytest
+
+from evaluator import Evaluator, EvaluatorSettings, Status
+from evo.program import Program
+from operators import Context
+from operators.precision import DotPrecision, with_precision
+
+TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+
+def get_inputs():
+    return [torch.randn(32, 64), torch.randn(64, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+NUM_WARPS = 4
+
+
+@triton.jit
+def _matmul(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    m = tl.arange(0, M)
+    n = tl.arange(0, N)
+    k = tl.arange(0, K)
+    a = tl.load(a_ptr + m[:, None] * K + k[None, :])
+    b = tl.load(b_ptr + k[:, None] * N + n[None, :])
+    acc = tl.dot(a, tl.trans(tl.trans(b)), input_precision="ieee")
+    tl.store(c_ptr + m[:, None] * N + n[None, :], acc + tl.dot(a * 0.0, b))
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
+        _matmul[(1,)](a, b, c, M=a.shape[0], N=b.shape[1], K=a.shape[1], num_warps=NUM_WARPS)
+        return c
+'''
+
+TEMPLATE_DOT = "acc += tl.dot(a, b, allow_tf32=ALLOW_TF32, out_dtype=ACC_TYPE)"
+
+
+def _context(source: str) -> Context:
+    parent = Program(id=1, task="mm", island=0, generation=0, operator="seed", source=source)
+    return Context(task_name="mm", task_source=TASK, parent=parent)
+
+
+def test_every_dot_with_a_precision_argument_moves_and_a_dot_without_one_stays():
+    child = with_precision(KERNEL, "tf32x3")
+    assert 'tl.dot(a, tl.trans(tl.trans(b)), input_precision="tf32x3")' in child  # brackets inside matched
+    assert "tl.dot(a * 0.0, b))" in child  # Triton's default (TF32) left alone
+    assert with_precision(TEMPLATE_DOT, "tf32x3") == \
+        'acc += tl.dot(a, b, input_precision="tf32x3", out_dtype=ACC_TYPE)'
+    assert with_precision(child, "tf32x3") is None  # nothing left to change
+    assert with_precision("x = allow_tf32=True", "tf32x3") is None  # not inside a dot
+
+
+def test_strict_offers_split_precision_only_and_kernelbench_offers_plain_tf32_too():
+    strict, loose = DotPrecision(tolerance="strict"), DotPrecision(tolerance="kernelbench")
+    seen = {loose.propose(_context(KERNEL), np.random.default_rng(seed)).note for seed in range(12)}
+    assert seen == {"dots ieee -> tf32x3", "dots ieee -> tf32"}
+    for seed in range(6):
+        proposal = strict.propose(_context(KERNEL), np.random.default_rng(seed))
+        assert 'input_precision="tf32x3"' in proposal.source and 'input_precision="tf32"' not in proposal.source
+    split = Program(id=2, task="mm", island=0, generation=1, operator="dot_precision",
+                    source=with_precision(KERNEL, "tf32x3"))
+    assert not strict.applies_to(split) and loose.applies_to(split)
+    assert strict.propose(_context(split.source), np.random.default_rng(0)).source is None
+    elementwise = Program(id=3, task="mm", island=0, generation=0, operator="seed", source="x = 1\n")
+    assert not strict.applies_to(elementwise) and not loose.applies_to(elementwise)
+    with pytest.raises(ValueError, match="strict or kernelbench"):
+        DotPrecision(tolerance="loose")
+
+
+def test_a_split_precision_child_runs_and_is_checked_like_any_child():
+    # Under Triton's interpreter the precision changes nothing: this checks that the child runs.
+    child = DotPrecision().propose(_context(KERNEL), np.random.default_rng(0)).source
+    evaluator = Evaluator(EvaluatorSettings(device="cpu", timeout_s=120), "cpu")
+    try:
+        result = evaluator.evaluate("mm", TASK, child)
+    finally:
+        evaluator.close()
+    assert result.status is Status.CORRECT, (result.reason, result.error)
+
+
+def test_an_island_draws_only_operators_that_can_change_the_parent():
+    from islands.island import Island
+    from operators import TunableConstantMutation
+
+    island = Island(0, [DotPrecision(), TunableConstantMutation()], [100.0, 1.0], seed=1)
+    assert {island.propose(_context("NUM_WARPS = 4\n")).operator for _ in range(20)} == {"constants"}
+    assert {island.propose(_context(KERNEL)).operator for _ in range(20)} >= {"dot_precision"}
+    alone = Island(0, [DotPrecision()], [1.0], seed=1)
+    assert alone.propose(_context("x = 1\n")).note == "no enabled operator can change this parent"
