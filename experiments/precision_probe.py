@@ -7,6 +7,8 @@ For every problem whose seed (``<level>__<problem>.seed.py`` in ``--seeds``, as
 evaluates, on the GPU, the seed and its ``tf32x3`` child under the strict tolerance, and its plain
 ``tf32`` child under the kernelbench tolerance: verdict, speedup over eager and over
 torch.compile.  Writes ``precision_probe.json`` under $OUT after every problem.
+``--variants`` picks among the three; ``--conv-library`` takes only seeds with the engine's
+convolution and swaps in this tree's (to measure a change to ``evaluator/conv_kernel.py``).
 """
 from __future__ import annotations
 
@@ -37,9 +39,14 @@ def main() -> None:
     parser.add_argument("--problems", nargs="+", required=True)
     parser.add_argument("--seeds", required=True)
     parser.add_argument("--only", default="", help="a substring of the problem names")
+    parser.add_argument("--variants", default="seed,tf32x3,tf32", help="which of seed, tf32x3, tf32")
+    parser.add_argument("--conv-library", action="store_true",
+                        help="only seeds with a convolution, their library replaced by evaluator/conv_kernel.py's")
     args = parser.parse_args()
+    variants = [v for v in VARIANTS if v[0] in args.variants.split(",")]
     base = EvaluatorSettings(device="cuda", timeout_s=300)
-    evaluators = {t: Evaluator(dataclasses.replace(base, tolerance=t), "cuda", 0) for t in ("strict", "kernelbench")}
+    evaluators = {t: Evaluator(dataclasses.replace(base, tolerance=t), "cuda", 0)
+                  for t in {tolerance for _, _, tolerance in variants}}
     rows = []
     try:
         for folder in args.problems:
@@ -51,8 +58,12 @@ def main() -> None:
                 seed, task = seed_path.read_text(), path.read_text()
                 if with_precision(seed, "tf32x3") is None:
                     continue
+                if args.conv_library:
+                    seed = _current_library(seed)
+                    if seed is None:
+                        continue
                 row = {"problem": name}
-                for label, precision, tolerance in VARIANTS:
+                for label, precision, tolerance in variants:
                     source = seed if precision is None else with_precision(seed, precision)
                     row[label] = _row(evaluators[tolerance].evaluate(path.stem, task, source))
                     print(name, label, row[label]["status"], row[label]["speedup"], row[label]["vs_compile"],
@@ -65,9 +76,23 @@ def main() -> None:
     print(json.dumps(_write(rows), indent=1))
 
 
+def _current_library(seed: str) -> str | None:
+    """``seed`` with its convolution library (from ``@triton.jit def _conv_kernel`` to the end of
+    ``_count``) replaced by this tree's; None for a seed without one."""
+    from evaluator.compile_seed import _CONV_LIBRARY
+
+    start = seed.find("@triton.jit\ndef _conv_kernel(")
+    end = seed.find("return count\n", start)
+    if start < 0 or end < 0:
+        return None
+    return seed[:start] + _CONV_LIBRARY + seed[end + len("return count\n"):]
+
+
 def _write(rows: list[dict]) -> dict:
     summary = {}
     for label, _, _ in VARIANTS:
+        if not rows or label not in rows[0]:
+            continue
         ratios = [r[label]["vs_compile"] for r in rows if r[label]["status"] == "correct" and r[label]["vs_compile"]]
         summary[label] = {"correct": sum(r[label]["status"] == "correct" for r in rows), "of": len(rows),
                           "geomean_vs_compile": round(statistics.geometric_mean(ratios), 3) if ratios else None}
