@@ -10,7 +10,7 @@ import time
 from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 7  # the number of the head revision in archive/migrations/versions
+SCHEMA_VERSION = 8  # the number of the head revision in archive/migrations/versions
 
 
 class Base(DeclarativeBase):
@@ -79,6 +79,9 @@ class EvaluationRow(Base):
     phases: Mapped[str | None] = mapped_column(Text, nullable=True)
     # JSON, racing (schema 7): {"round": "short" | "full", "reps", "bar", "from_short"}; null when not raced
     timing_round: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Schema 8: the roofline's floor (the time no kernel can beat) and what sets it: memory | compute
+    roofline_bound: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    floor_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class EnvironmentRow(Base):

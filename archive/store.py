@@ -218,6 +218,7 @@ class Archive(Exchange, Statistics):
         fields = result.to_dict()
         extra = fields.pop("extra", None) or {}
         shapes, memory = extra.get("shape_timings") or [], extra.get("memory") or {}
+        roofline = extra.get("roofline") or {}
         with self._write() as c:
             environment = extra.get("environment")
             if environment:
@@ -227,7 +228,9 @@ class Archive(Exchange, Statistics):
                 fields, program_id=program.id, created_at=time.time(), gpu_peak_mb=memory.get("peak_mb"),
                 reference_peak_mb=memory.get("reference_peak_mb"),
                 phases=json.dumps(extra["phases"]) if extra.get("phases") else None,
-                timing_round=json.dumps(extra["timing_round"]) if extra.get("timing_round") else None))
+                timing_round=json.dumps(extra["timing_round"]) if extra.get("timing_round") else None,
+                roofline_bound=roofline.get("bound"),
+                floor_ms=max(roofline["memory_ms"], roofline["compute_ms"]) if "memory_ms" in roofline else None))
             if shapes:
                 evaluation_id = row.inserted_primary_key[0]
                 c.execute(sql.INSERT_SHAPE_TIMING, [shape_timing_row(s, evaluation_id) for s in shapes])

@@ -218,13 +218,15 @@ def compile_baseline(request: dict) -> dict:
 
 def roofline_peaks(request: dict) -> dict:
     """This GPU's peak bandwidth and fp16 matmul throughput, measured alone on it (a 1 GiB copy and
-    an 8192² matmul: 2.3 GB, in no evaluation's memory peak): ``{"bytes_per_s", "flops_per_s", "source"}``."""
+    8192² matmuls, fp16 and TF32: 2.3 GB, in no evaluation's memory peak):
+    ``{"bytes_per_s", "flops_per_s", "tf32_flops_per_s", "source"}``."""
     try:
         with gpu_alone(request.get("gate_fds")):
             peaks = roofline.measure_peaks(request["device"])
     except Exception as exc:  # out of memory beside other evaluations, say: no roofline fraction then
         return {"error": f"measuring the GPU's peaks: {type(exc).__name__}: {str(exc)[:300]}"}
-    return {"bytes_per_s": peaks.bytes_per_s, "flops_per_s": peaks.flops_per_s, "source": peaks.source}
+    return {"bytes_per_s": peaks.bytes_per_s, "flops_per_s": peaks.flops_per_s,
+            "tf32_flops_per_s": peaks.tf32_flops_per_s, "source": peaks.source}
 
 
 def _device_name(device: str) -> str:
@@ -324,17 +326,18 @@ def _checked_and_timed(request: dict, device: str, problem, reference, invoker, 
         measured = measure(request, problem, reference, invoker, shapes, request["seeds"][0], device, phases, watch)
         limit = request.get("roofline_limit") or float("inf")
         extra = {"kernels": kernels} if kernels else {}
-        if measured["roofline_fraction"] is not None and measured["roofline_fraction"] > limit:
+        if measured["roofline"] is not None and measured["roofline"]["checked_fraction"] > limit:
             # Faster than the hardware allows: check everything again on fresh inputs and time again.
             fresh = [seed + 7919 for seed in request["seeds"]]
             with phases.timed("reverify_s"):
                 Verifier(problem, reference, invoker, device, watch, request.get("tolerance")).run(shapes, fresh)
             first, measured = measured, measure(request, problem, reference, invoker, shapes, fresh[0], device,
                                                 phases, watch)
-            extra["reverified"] = {"roofline_fraction": first["roofline_fraction"], "speedup": first["speedup"]}
-            if measured["roofline_fraction"] > limit:
+            extra["reverified"] = {"roofline_fraction": first["roofline"]["checked_fraction"],
+                                   "speedup": first["speedup"]}
+            if measured["roofline"]["checked_fraction"] > limit:
                 raise Failure(Status.REJECTED,
-                              f"{measured['roofline_fraction']:.2f}x the hardware roofline "
+                              f"{measured['roofline']['checked_fraction']:.2f}x the hardware roofline "
                               f"({measured['work']}) after re-verification on fresh inputs: the candidate "
                               "skips work, or the task's flops/bytes_moved are wrong")
         extra["timed_window"] = [timed_from, time.time()]  # wall clock: pipelined timings never overlap

@@ -98,11 +98,16 @@ def measure(request: dict, problem, reference, invoker, shapes: list[dict], seed
         work = roofline.work_of(problem, inputs, lambda: call(reference, inputs, "reference"))
         peaks = roofline.peaks_for(request.get("roofline_peaks"))
     measured["work"] = f"{work.bytes / 1e6:.3g} MB, {work.flops / 1e9:.3g} GFLOP per call" + (
-        "" if work.declared else " (bytes of inputs and outputs)")
+        "" if work.declared else " (bytes of inputs and outputs)") + ("" if work.flops_declared else " (FLOPs counted)")
     if peaks is not None:
         measured["roofline_fraction"] = roofline.fraction(work, pair.candidate.median_ms, peaks)
-        measured["roofline"] = {"bytes_per_s": peaks.bytes_per_s, "flops_per_s": peaks.flops_per_s,
-                                "source": peaks.source}
+        floors = roofline.floors(work, peaks)
+        measured["roofline"] = {"bytes_per_s": peaks.bytes_per_s, "flops_per_s": peaks.flops_for(work.dtype),
+                                "source": peaks.source, **{k: floors[k] for k in ("memory_ms", "compute_ms", "bound")},
+                                "flops_counted": not work.flops_declared,
+                                # what the hardware limit is held to: the task's own declarations only
+                                "checked_fraction": roofline.fraction(work, pair.candidate.median_ms, peaks,
+                                                                      declared_only=True)}
     if "compiled" in timed:
         measured["compiled_runtime_ms"] = timed["compiled"].baseline.median_ms
         measured["speedup_vs_compiled"] = timed["compiled"].ratio

@@ -46,7 +46,7 @@ class EvaluatorSettings:
     share_compile_cache: bool = True
     noise_floor: float = 0.01  # speedups closer than this (relative) are not told apart
     roofline_limit: float = 1.2  # beyond this fraction of the roofline a result is re-verified
-    roofline_peaks: dict | None = None  # {bytes_per_s, flops_per_s}; None: measured on each GPU
+    roofline_peaks: dict | None = None  # {bytes_per_s, flops_per_s[, tf32_flops_per_s]}; None: measured on each GPU
     compile_baseline: bool | None = None  # time torch.compile of the reference; None: on GPUs only
     compile_backend: str = "inductor"
     compile_mode: str | None = None
@@ -111,8 +111,10 @@ class EvaluatorSettings:
             raise ValueError("evaluator.timeout_s must be positive")
         if self.roofline_peaks is not None:
             peaks = dict(self.roofline_peaks)
-            if set(peaks) != {"bytes_per_s", "flops_per_s"} or min(float(v) for v in peaks.values()) <= 0:
-                raise ValueError("evaluator.roofline_peaks needs positive bytes_per_s and flops_per_s, or null")
+            if not {"bytes_per_s", "flops_per_s"} <= set(peaks) <= {"bytes_per_s", "flops_per_s", "tf32_flops_per_s"} \
+                    or min(float(v) for v in peaks.values()) <= 0:
+                raise ValueError("evaluator.roofline_peaks needs positive bytes_per_s and flops_per_s "
+                                 "(and optionally tf32_flops_per_s), or null")
             object.__setattr__(self, "roofline_peaks", {k: float(v) for k, v in peaks.items()})
         if self.roofline_limit <= 0 or self.noise_floor < 0:
             raise ValueError("evaluator.roofline_limit must be positive and evaluator.noise_floor >= 0")

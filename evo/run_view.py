@@ -41,15 +41,19 @@ class RunView:
         self.close()
 
     def task_rows(self) -> list[dict]:
-        """Per task: programs, evaluations, correct, seed and best speedup, cells, coverage, QD-score."""
+        """Per task: programs, evaluations, correct, seed and best speedup, cells, coverage, QD-score; the
+        fastest kernel's time, torch.compile's for the same shapes, and the roofline's floor and bound."""
         counts = self.archive.task_counts()
         size = self.cvt_cells or grid_size(self.descriptors)
         rows = []
         for name in self.tasks:
             fitness = list(self.archive.cell_fitness(name).values())
             row = counts.get(name, dict(programs=0, evaluations=0, correct=0, seed_speedup=None))
+            best = next(iter(self.archive.best_kernels(name, 1)), {})
             rows.append(dict(row, task=name, cells=len(fitness), coverage=len(fitness) / size,
-                             qd_score=float(sum(fitness)), best_speedup=max(fitness) if fitness else None))
+                             qd_score=float(sum(fitness)), best_speedup=max(fitness) if fitness else None,
+                             best_ms=best.get("runtime_ms"), compiled_ms=best.get("compiled_runtime_ms"),
+                             floor_ms=best.get("floor_ms"), bound=best.get("roofline_bound")))
         return rows
 
     def load_tasks(self) -> list[Task]:

@@ -34,14 +34,27 @@ def summary_table(rows: list[dict], *, title: str) -> Table:
                   caption="seed, best: speedup over the PyTorch reference")
 
 
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _floor(row: dict) -> str:
+    return "-" if row.get("floor_ms") is None else f"{row['floor_ms']:.3g} ({row.get('bound') or '?'})"
+
+
 def status_table(rows: list[dict], *, title: str) -> Table:
-    """Per task: programs, evaluations, correct rate, best speedup, coverage, QD-score."""
-    return _table(title, ("task", "programs", "evals", "correct", "best", "coverage", "QD-score"),
+    """Per task: programs, evaluations, correct rate, best speedup, the fastest kernel's time beside
+    torch.compile's and the roofline's floor, coverage, QD-score."""
+    return _table(title, ("task", "programs", "evals", "correct", "best", "best ms", "compile ms", "floor ms",
+                          "coverage", "QD-score"),
                   [(r["task"], str(r["programs"]), str(r["evaluations"]),
                     _pct(r["correct"] / r["evaluations"] if r["evaluations"] else None), _x(r["best_speedup"]),
+                    _ms(r.get("best_ms")), _ms(r.get("compiled_ms")), _floor(r),
                     f"{r['cells']} ({_pct(r['coverage'])})", f"{r['qd_score']:.3f}") for r in rows],
-                  caption="correct: share of evaluations; best: speedup over the PyTorch reference; "
-                          "QD-score: sum of the elites' speedups")
+                  caption="correct: share of evaluations; best: speedup over the PyTorch reference; best ms: "
+                          "that kernel's time, compile ms: torch.compile's for the same shapes; floor ms: the "
+                          "time no kernel can beat (bytes over bandwidth, FLOPs over the peak for the dtype) "
+                          "and whether memory or compute sets it; QD-score: sum of the elites' speedups")
 
 
 def operator_table(rows: list[dict]) -> Table:
