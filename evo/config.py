@@ -6,6 +6,7 @@ operators and evaluator take plain constructor arguments.
 from __future__ import annotations
 
 import functools
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,12 +80,13 @@ def _operators(cfg: DictConfig, llm: LLMClient | None) -> tuple[list[Operator], 
                 raise ConfigError(f"invalid operators.{name} config: {exc}") from None
         if not isinstance(built, Operator):
             raise ConfigError(f"operators.{name} builds {type(built).__name__}, not an Operator")
-        if built.repairs or built.seeds:  # scheduled by the run loop, never drawn by weight
+        if built.repairs or built.seeds or built.sweeps:  # scheduled by the run loop, never drawn by weight
             if float(entry.weight) != 0:
                 raise ConfigError(f"operators.{name} repairs failed children: set its probability, not a weight"
-                                  if built.repairs else f"operators.{name} writes the seeds the run loop asks for "
-                                  "(run.llm_seeds): set its weight to 0")
-            if built.seeds or built.probability > 0:
+                                  if built.repairs else f"operators.{name} sweeps new elites: set its max_children, "
+                                  "not a weight" if built.sweeps else f"operators.{name} writes the seeds the run "
+                                  "loop asks for (run.llm_seeds): set its weight to 0")
+            if built.seeds or (built.sweeps and built.max_children > 0) or (built.repairs and built.probability > 0):
                 operators.append(built)
                 weights.append(0.0)
         elif float(entry.weight) > 0:
@@ -134,6 +136,7 @@ def build(cfg: DictConfig) -> Components:
     client = OmegaConf.masked_copy(cfg.llm, [k for k in cfg.llm if k not in ("budget", "meta_prompt")])
     llm = instantiate_node(client, "llm") if cfg.llm.model else None
     operators, weights = _operators(cfg, llm)
+    run = dataclasses.replace(run, sweep_children=next((op.max_children for op in operators if op.sweeps), 0))
     url = cfg.archive.url or f"sqlite:///{Path(run_dir).resolve() / 'archive.db'}"
     cvt_cells = int(cfg.archive.cvt_cells)
     if cvt_cells < 0:

@@ -86,7 +86,7 @@ class Controller:
         self._island_shares = [0] * backend.island_count  # proposals started on each island in this session
         self._ready: set[str] = set()  # tasks with at least one elite
         self._proposals: dict[Future, _Out] = {}
-        self.feedback = Feedback(steering, self.rng, events, settings.failures_shown)
+        self.feedback = Feedback(steering, self.rng, events, settings.failures_shown, settings.sweep_children)
         self.prompts = self.feedback.prompts
         self._llm_stopped = False
         self._pacing = Pacing(backend.evaluator_count)
@@ -224,9 +224,12 @@ class Controller:
             # island whose requests are all out waits there while another's slot may be idle.
             island = min(room, key=lambda i: (held[i], self._island_shares[i], i))
             repair = self._next_repair(room, left) if model is not None else None
+            sweep = self.feedback.next_sweep(room) if repair is None and seed_for is None and left > 0 else None
             attempt, inspirations = 0, []
             if repair is not None:
                 parent, island, task_name = repair, repair.island, repair.task
+            elif sweep is not None:
+                (parent, attempt), island, task_name = sweep, sweep[0].island, sweep[0].task
             elif seed_for is not None and model is not None:
                 parent, task_name = None, seed_for
                 attempt = self.seeding.attempts[task_name] + self._attempts_out()[task_name]
@@ -244,7 +247,7 @@ class Controller:
                               sequence=self.loop_state.next_sequence(),
                               failures=self.feedback.failures(task_name, island if parent else None), model=model,
                               llm_allowed=self.steering is None or model is not None, repair=repair is not None,
-                              attempt=attempt, guidance=fragment.text if fragment is not None else "")
+                              sweep=sweep is not None, attempt=attempt, guidance=fragment.text if fragment is not None else "")
             future = self.backend.propose(island, context)
             held[island] += 1
             self._island_shares[island] += 1
@@ -339,6 +342,7 @@ class Controller:
             self.hardware = result.device
         if insert is not Insert.NOT_ADDED:
             self._ready.add(program.task)
+            self.feedback.elite(program)
         if program.operator != SEED:  # made by an operator: its model, prompt and repair learn from it
             self.feedback.evaluated(program, result, insert)
         speedup = result.speedup if result.correct else None

@@ -1,5 +1,6 @@
 """What the run loop learns from each child: rewards for the model bandit and the prompt fragments,
-the recent failures shown to LLM operators, and the failed children queued for repair."""
+the recent failures shown to LLM operators, the failed children queued for repair, and the new
+elites' tuning sweeps (``operators.sweep``) queued as proposals."""
 from __future__ import annotations
 
 from collections import deque
@@ -16,13 +17,16 @@ from operators.steering import LLMSteering
 
 class Feedback:
     def __init__(self, steering: LLMSteering | None, rng: np.random.Generator, events: Callable[..., None],
-                 failures_shown: int):
+                 failures_shown: int, sweep_children: int = 0):
         self.steering = steering
         self.prompts = steering.prompts if steering is not None else None
         self.rng = rng  # the run loop's: its draws are saved and restored with the loop's state
         self.events = events
         self.failures_shown = failures_shown
         self.repairs: deque[Program] = deque()  # failed children waiting for their one repair attempt
+        self.sweep_children = sweep_children
+        self.sweeps: deque[tuple[Program, int]] = deque()  # (a new elite, which neighbour) still to propose
+        self._swept_last = False
         self._failures: dict[tuple[str, int], deque[dict]] = {}  # (task, island) -> recent failures
         self._llm_children: dict[int, tuple[str, float | None]] = {}  # program id -> (model, parent fitness)
         self._fragment_children: dict[int, int] = {}  # program id -> the prompt fragment it was asked with
@@ -77,6 +81,20 @@ class Feedback:
                 and self.rng.random() < steering.repair_probability):
             program.result = result
             self.repairs.append(program)
+
+    def elite(self, program: Program) -> None:
+        """``program`` became an elite: its tuning sweep is queued, unless it came from a sweep."""
+        if self.sweep_children and program.operator != "sweep":
+            self.sweeps.extend((program, attempt) for attempt in range(self.sweep_children))
+
+    def next_sweep(self, room: list[int]) -> tuple[Program, int] | None:
+        """The next sweep child to propose, if its elite's island has room; every other proposal at
+        most, so the other operators go on exploring while elites are tuned."""
+        if self._swept_last or not self.sweeps or self.sweeps[0][0].island not in room:
+            self._swept_last = False
+            return None
+        self._swept_last = True
+        return self.sweeps.popleft()
 
     def _reward_fragment(self, fragment: int, improved: bool) -> None:
         bred = self.prompts.reward(fragment, improved, self.rng)

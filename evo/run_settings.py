@@ -20,6 +20,7 @@ class RunSettings:
     failures_shown: int = 5  # recent failures on an island shown to LLM operators
     llm_seeds: int = 4  # seed proposals (and their programs not yet evaluated) at a time per task without one
     llm_seed_attempts: int = 12  # LLM proposals for a task without a correct program before it is set aside
+    sweep_children: int = 0  # a new elite's tuning sweep (operators.sweep): its children; 0: none
 
     def __post_init__(self):
         if self.budget_evaluations < 0:

@@ -39,10 +39,11 @@ class Island:
         self.descriptors = tuple(descriptors)
         self.operators = list(operators)
         self.weights = np.asarray(weights, dtype=float)
-        if sum(w for w, op in zip(weights, operators) if not (op.repairs or op.seeds)) <= 0:
+        if sum(w for w, op in zip(weights, operators) if not (op.repairs or op.seeds or op.sweeps)) <= 0:
             raise ValueError("an island needs an operator with a positive weight besides repair and seed operators")
         self.repair = next((op for op in operators if op.repairs), None)
         self.seeder = next((op for op in operators if op.seeds), None)
+        self.sweeper = next((op for op in operators if op.sweeps), None)
         # For proposals without a sequence number: one stream per (run seed, island, resume count).
         self.rng = np.random.default_rng([seed, index, stream])
         if requests is not None and requests < 1:
@@ -64,7 +65,9 @@ class Island:
             return self.repair or "no repair operator is configured"
         if context.parent is None:
             return self.seeder or "no seed operator is configured"
-        usable = [not (op.repairs or op.seeds) and (context.llm_allowed or not op.needs_llm) for op in self.operators]
+        if context.sweep:
+            return self.sweeper or "no sweep operator is configured"
+        usable = [not (op.repairs or op.seeds or op.sweeps) and (context.llm_allowed or not op.needs_llm) for op in self.operators]
         weights = self.weights * np.asarray(usable, dtype=float)
         if weights.sum() <= 0:
             return "the LLM budget is spent and no offline operator is configured"

@@ -23,6 +23,7 @@ class Context:
     model: str | None = None  # the model an LLM operator asks (picked by the run's ensemble); None: the first
     llm_allowed: bool = True  # False once the LLM budget is spent: only offline operators may run
     repair: bool = False  # ``parent`` is a failed child (with its result) for a repair operator to fix
+    sweep: bool = False  # ``parent`` is a new elite; the sweep operator makes its ``attempt``-th neighbour
     target: dict[str, str] = field(default_factory=dict)  # a cell to aim for, {descriptor: bin}; set by the island
     sequence: int | None = None  # the run's proposal number: the island seeds this proposal's RNG with it
     attempt: int = 0  # a seed proposal's number among its task's: the seed operator varies its strategy by it
@@ -52,6 +53,7 @@ class Operator(abc.ABC):
     needs_llm: bool = False
     repairs: bool = False  # run only on a failed child the run loop schedules for repair, never drawn by weight
     seeds: bool = False  # run only for a seed proposal (no parent) the run loop schedules, never drawn by weight
+    sweeps: bool = False  # run only for a new elite's sweep the run loop schedules, never drawn by weight
 
     def applies_to(self, parent: Program) -> bool:
         """Whether this operator can change ``parent`` at all: an island draws only among those that

@@ -23,9 +23,10 @@ def test_every_task_suite_builds(suite, tmp_path):
 
 def test_defaults_build_the_offline_search(tmp_path):
     c = build(cfg(f"run.dir={tmp_path}"))
-    assert [op.name for op in c.operators] == ["constants", "param_crossover", "dot_precision"] and c.llm is None
-    assert c.operators[-1].tolerance == "strict"
-    assert build(cfg(f"run.dir={tmp_path}", "evaluator.tolerance=kernelbench")).operators[-1].tolerance == "kernelbench"
+    assert [op.name for op in c.operators] == ["constants", "param_crossover", "dot_precision", "sweep"] and c.llm is None
+    assert c.operators[2].tolerance == "strict" and c.run.sweep_children == 8 and c.weights[3] == 0
+    assert build(cfg(f"run.dir={tmp_path}", "evaluator.tolerance=kernelbench")).operators[2].tolerance == "kernelbench"
+    assert build(cfg(f"run.dir={tmp_path}", "operators.sweep.operator.max_children=0")).run.sweep_children == 0
     assert c.steering is None
     assert len(c.tasks) == 8 and c.island_count == 2 and c.backend == "ray"
     assert c.evaluator.device == "auto" and c.ray.address is None
@@ -35,7 +36,7 @@ def test_defaults_build_the_offline_search(tmp_path):
 def test_llm_model_enables_the_llm_operators(tmp_path):
     c = build(cfg(f"run.dir={tmp_path}", "llm.model=openai/x", "llm.api_base=http://127.0.0.1:1/v1"))
     names = [op.name for op in c.operators]
-    assert names == ["constants", "param_crossover", "dot_precision", "llm_rewrite", "llm_diff", "llm_crossover", "llm_repair",
+    assert names == ["constants", "param_crossover", "dot_precision", "sweep", "llm_rewrite", "llm_diff", "llm_crossover", "llm_repair",
                      "llm_seed"]
     assert all(op.client is c.llm for op in c.operators if op.needs_llm) and c.llm.api_base == "http://127.0.0.1:1/v1"
     assert c.weights[names.index("llm_repair")] == 0 and c.steering.repair_probability == 0.5
@@ -96,6 +97,7 @@ def test_public_config_keys_exist():
     ("task.names=[nope]", "no task named nope"),
     ("operators.constants.weight=0 operators.param_crossover.weight=0 operators.dot_precision.weight=0",
      "no operator is enabled"),
+    ("operators.sweep.weight=1", "sweeps new elites: set its max_children"),
     ("llm.model=openai/x llm.budget.usd=-1", "llm.budget.usd must be >= 0"),
     ("llm.model=openai/x llm.max_in_flight=0", "max_in_flight must be positive"),
     ("llm.model=openai/x llm.transport=grpc", "llm.transport must be one of auto, litellm, http"),
