@@ -34,7 +34,8 @@ KERNEL_FIELDS = (P.id, P.task, P.island, P.generation, P.operator, P.source, P.s
                  E.speedup, E.runtime_ms, E.ref_runtime_ms, E.timing_representative, E.device, E.created_at)
 # Facts of schema 2; an archive written by an older engine lacks them and reads as NULL.
 NEWER_FIELDS = ("speedup_noise", "speedup_vs_compiled", "roofline_fraction", "compiled_runtime_ms",
-                "ref_runtime_spread", "environment_id", "gpu_peak_mb", "reference_peak_mb", "roofline_bound", "floor_ms")
+                "ref_runtime_spread", "environment_id", "gpu_peak_mb", "reference_peak_mb", "roofline_bound",
+                "floor_ms")
 
 
 def _connect_readonly(path: Path):

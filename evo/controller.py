@@ -247,7 +247,8 @@ class Controller:
                               sequence=self.loop_state.next_sequence(),
                               failures=self.feedback.failures(task_name, island if parent else None), model=model,
                               llm_allowed=self.steering is None or model is not None, repair=repair is not None,
-                              sweep=sweep is not None, attempt=attempt, guidance=fragment.text if fragment is not None else "")
+                              sweep=sweep is not None, attempt=attempt,
+                              guidance=fragment.text if fragment is not None else "")
             future = self.backend.propose(island, context)
             held[island] += 1
             self._island_shares[island] += 1
@@ -342,7 +343,7 @@ class Controller:
             self.hardware = result.device
         if insert is not Insert.NOT_ADDED:
             self._ready.add(program.task)
-            self.feedback.elite(program)
+            self.feedback.elite(program, result.speedup)
         if program.operator != SEED:  # made by an operator: its model, prompt and repair learn from it
             self.feedback.evaluated(program, result, insert)
         speedup = result.speedup if result.correct else None

@@ -27,6 +27,7 @@ class Feedback:
         self.sweep_children = sweep_children
         self.sweeps: deque[tuple[Program, int]] = deque()  # (a new elite, which neighbour) still to propose
         self._swept_last = False
+        self._fastest: dict[str, float] = {}  # task -> the fastest elite's speedup seen in this session
         self._failures: dict[tuple[str, int], deque[dict]] = {}  # (task, island) -> recent failures
         self._llm_children: dict[int, tuple[str, float | None]] = {}  # program id -> (model, parent fitness)
         self._fragment_children: dict[int, int] = {}  # program id -> the prompt fragment it was asked with
@@ -82,8 +83,12 @@ class Feedback:
             program.result = result
             self.repairs.append(program)
 
-    def elite(self, program: Program) -> None:
-        """``program`` became an elite: its tuning sweep is queued, unless it came from a sweep."""
+    def elite(self, program: Program, speedup: float | None) -> None:
+        """``program`` became an elite: if it is its task's fastest kernel yet in this session, its
+        tuning sweep is queued, unless it came from a sweep (a slow kernel in a new cell is not tuned)."""
+        if speedup is None or speedup <= self._fastest.get(program.task, 0.0):
+            return
+        self._fastest[program.task] = speedup
         if self.sweep_children and program.operator != "sweep":
             self.sweeps.extend((program, attempt) for attempt in range(self.sweep_children))
 

@@ -67,7 +67,8 @@ class Island:
             return self.seeder or "no seed operator is configured"
         if context.sweep:
             return self.sweeper or "no sweep operator is configured"
-        usable = [not (op.repairs or op.seeds or op.sweeps) and (context.llm_allowed or not op.needs_llm) for op in self.operators]
+        usable = [not (op.repairs or op.seeds or op.sweeps) and (context.llm_allowed or not op.needs_llm)
+                  for op in self.operators]
         weights = self.weights * np.asarray(usable, dtype=float)
         if weights.sum() <= 0:
             return "the LLM budget is spent and no offline operator is configured"

@@ -2,15 +2,16 @@
 
 Needs no LLM.  Inductor's autotuning benchmarks a few launch configurations of a kernel and keeps
 the fastest; max-autotune benchmarks dozens of GEMM tiles.  The sweep does the same within the
-search: when a kernel becomes an elite, the run loop asks this operator for its neighbours, every
-tunable halved and doubled (pipeline stages one fewer and one more), one change per child, each
-evaluated and raced against the elite (a child clearly slower than its parent stops after its
-short timing round), one proposal in two at most while the other operators go on.  Children
-of a sweep start no sweep of their own: the next elite found by the other operators does.  ``max_children`` bounds a sweep; the neighbours are taken round-robin
-over the tunables (each one's step down, then each one's step up), so a kernel with many
-constants still gets every one of them moved.  The queue lives in the run loop's memory: a
-resumed run does not finish a sweep cut short (its elites are still there for the other
-operators, and the duplicate check skips any neighbour already evaluated).
+search: when a kernel becomes its task's fastest elite, the run loop asks this operator for its
+neighbours, every tunable halved and doubled (pipeline stages one fewer and one more), one change
+per child, each evaluated and raced against the elite (a child clearly slower than its parent
+stops after its short timing round), one proposal in two at most while the other operators go
+on.  Children of a sweep start no sweep of their own: the next fastest elite found by the other
+operators does.  ``max_children`` bounds a sweep; the neighbours are taken round-robin over the
+tunables (each one's step down, then each one's step up), so a kernel with many constants still
+gets every one of them moved.  The queue lives in the run loop's memory: a resumed run does not
+finish a sweep cut short (its elites are still there for the other operators, and the duplicate
+check skips any neighbour already evaluated).
 """
 from __future__ import annotations
 

@@ -70,3 +70,24 @@ def test_a_new_elite_is_swept_and_its_sweep_children_start_no_sweep(tmp_path, bu
     assert {p.source for p in swept[:3]} == {child for _, child in neighbours(seed.source)[:3]}
     for p in swept:  # every sweep child is a child of an elite that was not itself a sweep child
         assert archive.get(p.parent_ids[0]).operator != "sweep"
+
+
+def test_only_a_tasks_fastest_elite_is_swept_and_a_sweep_child_only_raises_the_bar():
+    from evo.feedback import Feedback
+
+    feedback = Feedback(None, np.random.default_rng(0), lambda *a, **k: None, 5, sweep_children=2)
+
+    def elite(pid, speedup, operator="constants"):
+        feedback.elite(Program(id=pid, task="t", island=0, generation=1, operator=operator, source=SOURCE), speedup)
+
+    elite(1, 1.0)
+    elite(2, 0.5)  # a slower kernel in a new cell: not tuned
+    elite(3, 2.0, operator="sweep")  # faster, but from a sweep: no sweep of its own
+    elite(4, 1.5)  # faster than the first, not than the sweep child's
+    elite(5, 2.5)
+    assert [(p.id, i) for p, i in feedback.sweeps] == [(1, 0), (1, 1), (5, 0), (5, 1)]
+    # One proposal in two at most, and only while the elite's island has room.
+    taken = [feedback.next_sweep([0]) for _ in range(4)]
+    assert [(p.id, i) if p else None for p, i in ((t or (None, None)) for t in taken)] == [
+        (1, 0), None, (1, 1), None]
+    assert feedback.next_sweep([1]) is None and len(feedback.sweeps) == 2
