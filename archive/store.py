@@ -230,7 +230,7 @@ class Archive(Exchange, Statistics):
                 phases=json.dumps(extra["phases"]) if extra.get("phases") else None,
                 timing_round=json.dumps(extra["timing_round"]) if extra.get("timing_round") else None,
                 roofline_bound=roofline.get("bound"),
-                floor_ms=max(roofline["memory_ms"], roofline["compute_ms"]) if "memory_ms" in roofline else None))
+                floor_ms=roofline.get("floor_ms")))
             if shapes:
                 evaluation_id = row.inserted_primary_key[0]
                 c.execute(sql.INSERT_SHAPE_TIMING, [shape_timing_row(s, evaluation_id) for s in shapes])

@@ -103,7 +103,7 @@ def measure(request: dict, problem, reference, invoker, shapes: list[dict], seed
         measured["roofline_fraction"] = roofline.fraction(work, pair.candidate.median_ms, peaks)
         floors = roofline.floors(work, peaks)
         measured["roofline"] = {"bytes_per_s": peaks.bytes_per_s, "flops_per_s": peaks.flops_for(work.dtype),
-                                "source": peaks.source, **{k: floors[k] for k in ("memory_ms", "compute_ms", "bound")},
+                                "source": peaks.source, **floors,
                                 "flops_counted": not work.flops_declared,
                                 # what the hardware limit is held to: the task's own declarations only
                                 "checked_fraction": roofline.fraction(work, pair.candidate.median_ms, peaks,

@@ -22,6 +22,7 @@ the hardware (``evaluator.roofline_limit``).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -166,5 +167,5 @@ def fraction(work: Work, runtime_ms: float, peaks: Peaks, declared_only: bool = 
     if runtime_ms <= 0:
         return math.inf
     if declared_only and not work.flops_declared:
-        work = Work(bytes=work.bytes, flops=0.0, declared=work.declared, dtype=work.dtype)
+        work = dataclasses.replace(work, flops=0.0)
     return floors(work, peaks)["floor_ms"] / runtime_ms

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 from unittest import mock
 
-from evaluator.compile_seed import NoSeed
+from evaluator.compile_seed import NoSeed, kernels_of
 from evaluator.gate import host_section
 
 _INDUCTOR_CONFIG = {
@@ -154,8 +154,6 @@ def _chosen(kernel) -> dict | None:
 def _configs(modules: list, code: str) -> dict[str, dict]:
     """Per kernel of ``code`` (by its variable), the configuration chosen in whichever loaded
     module ran it (inductor may load its output twice; only the one it calls was autotuned)."""
-    from evaluator.compile_seed import kernels_of
-
     out: dict[str, dict] = {}
     for name, _ in kernels_of(code):
         for module in modules:

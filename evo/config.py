@@ -5,8 +5,8 @@ operators and evaluator take plain constructor arguments.
 """
 from __future__ import annotations
 
-import functools
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 

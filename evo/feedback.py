@@ -13,6 +13,7 @@ from evaluator import EvalResult
 from evo.program import Program
 from operators.llm import LLMRepair
 from operators.steering import LLMSteering
+from operators.sweep import TuningSweep
 
 
 class Feedback:
@@ -89,7 +90,7 @@ class Feedback:
         if speedup is None or speedup <= self._fastest.get(program.task, 0.0):
             return
         self._fastest[program.task] = speedup
-        if self.sweep_children and program.operator != "sweep":
+        if self.sweep_children and program.operator != TuningSweep.name:
             self.sweeps.extend((program, attempt) for attempt in range(self.sweep_children))
 
     def next_sweep(self, room: list[int]) -> tuple[Program, int] | None:

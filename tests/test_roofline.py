@@ -59,7 +59,7 @@ def test_the_floor_and_bound_are_stored_and_shown_per_task(tmp_path):
     archive.record_evaluation(program, EvalResult(
         status=Status.CORRECT, speedup=2.0, runtime_ms=3.0, ref_runtime_ms=6.0, compiled_runtime_ms=4.0,
         roofline_fraction=0.5,
-        extra={"roofline": {"memory_ms": 0.1, "compute_ms": 1.5, "bound": "compute"}}))
+        extra={"roofline": {"memory_ms": 0.1, "compute_ms": 1.5, "floor_ms": 1.5, "bound": "compute"}}))
     archive.close()
     best = ArchiveReader(path=tmp_path / "archive.db").best_kernels("mm", 1)[0]
     assert (best["floor_ms"], best["roofline_bound"], best["compiled_runtime_ms"]) == (1.5, "compute", 4.0)
