@@ -45,8 +45,22 @@ def worker_environment(device: str, cuda_index: int | None, scratch: Path, cache
     if device == "cpu":
         env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
     elif cuda_index is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(cuda_index)
+        env["CUDA_VISIBLE_DEVICES"] = visible_gpu(cuda_index)
     return env
+
+
+def visible_gpu(cuda_index: int) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` entry of this process's GPU ``cuda_index``: the index counts the GPUs
+    this process sees, so where its own ``CUDA_VISIBLE_DEVICES`` picks some (a scheduler's allocation,
+    say ``2,3``), GPU 0 is the first of them, never the machine's GPU 0 (another job's, perhaps)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(cuda_index)
+    ids = [part.strip() for part in visible.split(",") if part.strip()]
+    if not 0 <= cuda_index < len(ids):
+        raise ValueError(f"GPU {cuda_index} is not among the {len(ids)} this process sees "
+                         f"(CUDA_VISIBLE_DEVICES={visible!r})")
+    return ids[cuda_index]
 
 
 # Workers ask Linux to die with the thread that started them (PR_SET_PDEATHSIG follows the thread,

@@ -42,6 +42,18 @@ _INDUCTOR_CONFIG = {
 }
 
 
+# Dynamo's names for the products max-autotune may turn into benchmarked Triton templates.
+_BENCHMARKED = frozenset({"matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "linear", "einsum", "tensordot",
+                          "bilinear", "mv", "addmv", "dot", "inner", "outer", "chain_matmul", "__matmul__"})
+
+
+def _benchmarked(node) -> bool:
+    if node.op not in ("call_function", "call_method"):
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return name in _BENCHMARKED
+
+
 def _known(config, key: str) -> bool:
     """Whether inductor's config has ``key`` (dotted for sub-configs) in this torch version."""
     *parents, name = key.split(".")
@@ -195,7 +207,11 @@ def capture(reference, inputs: list, gate_fds: list[int] | None = None,
 
     def backend(gm, example_inputs):
         first = len(codes)
-        with host_section(gate_fds, torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)):
+        # Max-autotune benchmarks its GEMM templates on the GPU while it compiles: that compile is
+        # not host work, and is stopped like any other while another evaluation times.
+        host_only = not any(_benchmarked(node) for node in gm.graph.nodes)
+        with host_section(gate_fds if host_only else None,
+                          torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)):
             compiled = compile_fx(gm, example_inputs, decompositions=decompositions)
         graph = {"inputs": [_source_name(n) for n in gm.graph.nodes if n.op == "placeholder"],
                  "codes": codes[first:], "calls": 0}

@@ -193,3 +193,24 @@ def test_capture_records_the_graph_inputs_in_the_wrappers_order():
     assert "def call(" in code and configs == {}  # C++: no Triton kernel to have a configuration
     with pytest.raises(NoSeed, match="no Triton kernel|besides Triton"):
         seed_from_inductor(code, graph_inputs, task.source)
+
+
+def test_only_a_graph_without_products_compiles_as_host_work_beside_a_timing():
+    """Max-autotune benchmarks GEMM templates on the GPU while it compiles: such a compile is stopped
+    like any GPU work while another evaluation times; one without products is host work, spared."""
+    import torch
+
+    from evaluator.seed_capture import _benchmarked
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x, y):
+            return self.linear(x) + (x @ y) + x.mm(y) + torch.relu(x)
+
+    graphs = []
+    torch.compile(Model(), backend=lambda gm, _: graphs.append(gm) or gm.forward)(torch.randn(4, 4), torch.randn(4, 4))
+    flags = [(str(node.target), _benchmarked(node)) for node in graphs[0].graph.nodes if node.op.startswith("call")]
+    assert [benchmarked for _, benchmarked in flags] == [True, True, False, True, False, False, False], flags

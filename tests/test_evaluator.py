@@ -162,6 +162,20 @@ def test_secrets_never_reach_the_candidate(evaluator, monkeypatch):
     assert result.status is Status.CORRECT, result.reason
 
 
+def test_a_workers_gpu_is_counted_among_those_this_process_sees(monkeypatch, tmp_path):
+    """Under CUDA_VISIBLE_DEVICES=2,3 (a scheduler's allocation), evaluator 0's workers run on GPU 2:
+    a worker told "0" would run on the machine's GPU 0, beside another job or another run."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert worker_environment("cuda", 1, tmp_path, tmp_path)["CUDA_VISIBLE_DEVICES"] == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert [worker_environment("cuda", i, tmp_path, tmp_path)["CUDA_VISIBLE_DEVICES"] for i in (0, 1)] == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aa, GPU-bb")
+    assert worker_environment("cuda", 1, tmp_path, tmp_path)["CUDA_VISIBLE_DEVICES"] == "GPU-bb"
+    assert worker_environment("cuda", None, tmp_path, tmp_path)["CUDA_VISIBLE_DEVICES"] == "GPU-aa, GPU-bb"
+    with pytest.raises(ValueError, match="GPU 2 is not among the 2"):
+        worker_environment("cuda", 2, tmp_path, tmp_path)
+
+
 def test_check_task_reports_a_failing_reference(evaluator):
     assert evaluator.check_task("double", TASK)["ok"]
     failing = TASK.replace("return x * 2.0", "raise RuntimeError('reference broke')")
