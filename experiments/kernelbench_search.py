@@ -5,7 +5,7 @@
     # 2. the search, once per tolerance (defaults otherwise; experiment=multi_gpu on a node of GPUs)
     python3 -m evo.cli run task.path=TASKS run.budget.evaluations=640 run.dir=RUN_STRICT
     python3 -m evo.cli run task.path=TASKS run.budget.evaluations=640 run.dir=RUN_KB evaluator.tolerance=kernelbench
-    # 3. eager, torch.compile and torch.compile(mode="max-autotune") of every problem, side by side
+    # 3. eager, torch.compile and torch.compile(mode="max-autotune-no-cudagraphs") of every problem
     python3 experiments/kernelbench_search.py baselines --tasks TASKS --out baselines.json [--gpus 4]
     # 4. the tables
     python3 experiments/kernelbench_search.py collect --run strict=RUN_STRICT --run kernelbench=RUN_KB \\
@@ -16,8 +16,9 @@
 ``l<level>_<file>``.
 
 ``baselines``: one process per problem (``--gpus`` of them at once, one GPU each): the reference's
-eager forward, ``torch.compile`` (defaults) and ``torch.compile(mode="max-autotune")`` of separate
-copies of the model, timed interleaved call by call with the engine's own timer (L2 flushed before
+eager forward, ``torch.compile`` (defaults) and ``torch.compile(mode=--max-autotune-mode)`` of separate
+copies of the model (by default ``max-autotune-no-cudagraphs``: inductor's tuning of its kernels;
+``max-autotune`` adds CUDA graphs, which copy every call's inputs into the graph's own buffers), timed interleaved call by call with the engine's own timer (L2 flushed before
 each call, medians), fp32 products in fp32 as the evaluator runs them.  A problem past
 ``--timeout`` seconds is recorded as such.
 
@@ -66,7 +67,7 @@ def draw(args) -> None:
 
 # --- baselines -------------------------------------------------------------------------------
 
-def _measure_one(path: str, reps: int, budget_s: float) -> dict:
+def _measure_one(path: str, reps: int, budget_s: float, max_autotune_mode: str) -> dict:
     """Runs in its own process, on the one GPU it sees (trusted code: KernelBench's references)."""
     import copy
     import importlib.util
@@ -87,7 +88,7 @@ def _measure_one(path: str, reps: int, budget_s: float) -> dict:
     row = {}
     with torch.no_grad():
         compiled = {}
-        for label, mode in (("compile", None), ("max_autotune", "max-autotune")):
+        for label, mode in (("compile", None), ("max_autotune", max_autotune_mode)):
             began = time.perf_counter()
             fn = torch.compile(copy.deepcopy(model), mode=mode)
             fn(*inputs)
@@ -101,6 +102,7 @@ def _measure_one(path: str, reps: int, budget_s: float) -> dict:
         row[f"{label}_ms"] = side.baseline.median_ms
         row[f"{label}_spread"] = side.baseline.spread
     row["samples"] = timed["compile"].candidate.samples
+    row["max_autotune_mode"] = max_autotune_mode
     return row
 
 
@@ -118,7 +120,8 @@ def baselines(args) -> None:
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
         began = time.perf_counter()
         try:
-            proc = subprocess.run([sys.executable, __file__, "_one", str(path), str(args.reps), str(args.budget_s)],
+            proc = subprocess.run([sys.executable, __file__, "_one", str(path), str(args.reps), str(args.budget_s),
+                                   args.max_autotune_mode],
                                   env=env, capture_output=True, text=True, timeout=args.timeout)
             lines = proc.stdout.strip().splitlines()
             row = json.loads(lines[-1]) if proc.returncode == 0 and lines else {
@@ -250,7 +253,7 @@ def seeds(args) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_one":
-        print(json.dumps(_measure_one(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))))
+        print(json.dumps(_measure_one(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -266,6 +269,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--budget-s", type=float, default=2.0)
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--max-autotune-mode", default="max-autotune-no-cudagraphs")
     p = sub.add_parser("collect")
     p.add_argument("--run", action="append", required=True, help="LABEL=RUN_DIR")
     p.add_argument("--baselines")
