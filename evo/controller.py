@@ -1,6 +1,6 @@
 """The run loop: steady state, no generation barrier, one owner of the archive.
 
-Proposals (island actors) and evaluations (evaluator workers) run
+Proposals (island actors) and evaluations (in the evaluators' slots) run
 concurrently through the backend's futures; this loop alone writes to the
 archive, so every state change is one transaction from one writer.
 
@@ -36,6 +36,7 @@ from evo.seeding import Seeding
 from evo.selection import Selection, Uniform
 from evo.startup import Prepared
 from evo.task import Task
+from islands.backend import Backend
 from islands.migration import MigrationSettings, migration_round
 from islands.stagnation import Stagnation
 from operators.base import Context, Proposal
@@ -60,7 +61,7 @@ class _Out(NamedTuple):
 
 
 class Controller:
-    def __init__(self, *, settings: RunSettings, tasks: list[Task], archive: Archive, backend,
+    def __init__(self, *, settings: RunSettings, tasks: list[Task], archive: Archive, backend: Backend,
                  migration: MigrationSettings, events: Events = _no_events, resume_count: int = 0,
                  selection: Selection | None = None, inspiration: Inspiration | None = None,
                  steering: LLMSteering | None = None, seeding: Seeding | None = None,
@@ -89,11 +90,11 @@ class Controller:
         self.feedback = Feedback(steering, self.rng, events, settings.failures_shown, settings.sweep_children)
         self.prompts = self.feedback.prompts
         self._llm_stopped = False
-        self._pacing = Pacing(backend.evaluator_count)
-        self._evaluations = EvaluationQueue(backend.evaluator_count, self._pacing)  # when and where
+        self._pacing = Pacing(backend.slot_count)
+        self._evaluations = EvaluationQueue(backend.slot_count, self._pacing)  # when and where
         self.loop_state = LoopState(self.rng, self.prompts, self.seeding)  # saved with each commit
         self.stagnation = Stagnation(0)  # islands without a new best, when reseeding is on (built in _start)
-        self.late_baselines = LateBaselines(archive, len(getattr(backend, "evaluators", ())))
+        self.late_baselines = LateBaselines(archive, backend.evaluator_count)
 
     # -- bookkeeping ---------------------------------------------------------
     def _committed(self) -> int:
@@ -183,11 +184,11 @@ class Controller:
         self.events("done", children_done=self.children_done, compiled_baseline_late=self.late_baselines.late,
                     compiled_baseline_filled=self.late_baselines.filled)
 
-    def _submit(self, worker: int, program: Program) -> Future:
+    def _submit(self, slot: int, program: Program) -> Future:
         task = self.tasks[program.task]
-        bar = self._race_bar(program) if getattr(self.backend, "races", False) else None
+        bar = self._race_bar(program) if self.backend.races else None
         raced = {"race_bar": bar} if bar is not None else {}  # backends that do not race take no bar
-        return self.backend.evaluate(worker, task.name, task.source, program.source, **raced)
+        return self.backend.evaluate(slot, task.name, task.source, program.source, **raced)
 
     def _race_bar(self, program: Program) -> float | None:
         """The speedup a child races against: its first parent's (None for seeds and repairs of
@@ -326,19 +327,19 @@ class Controller:
                     self.archive.set_meta(key, value)
                 self._check_unseeded(task, f"no kernel: {failure}")
 
-    def _on_evaluation(self, future: Future, worker: int, program: Program) -> None:
+    def _on_evaluation(self, future: Future, slot: int, program: Program) -> None:
         try:
             result: EvalResult = future.result()
         except Exception as exc:  # the evaluator actor (or its node) died, not the candidate's sandbox
             if self._evaluations.lost(program) is not None:  # evaluated again, on a restarted or another evaluator
-                self.events("evaluation_lost", program_id=program.id, task=program.task, worker=worker,
+                self.events("evaluation_lost", program_id=program.id, task=program.task, slot=slot,
                             reason=f"{type(exc).__name__}: {exc}"[:300])
                 return
             result = EvalResult(status=Status.CRASHED, reason=f"evaluator failed {MAX_LOST_EVALUATIONS + 1} "
                                                               f"times, last: {type(exc).__name__}: {exc}")
         self._evaluations.recorded(program)
         insert = self.archive.record_evaluation(program, result, meta=self.loop_state.meta())
-        self.late_baselines.recorded(program, worker, result)
+        self.late_baselines.recorded(program, slot, result)
         if result.device and not self.hardware:
             self.hardware = result.device
         if insert is not Insert.NOT_ADDED:

@@ -11,8 +11,13 @@ are filled by the session's first evaluator.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from evaluator import EvalResult
 from evo.program import Program
+
+if TYPE_CHECKING:
+    from islands.backend import Backend
 
 
 class LateBaselines:
@@ -44,13 +49,12 @@ class LateBaselines:
     def pending(self) -> int:
         return sum(map(len, self._pending.values()))
 
-    def settle(self, backend) -> int:
+    def settle(self, backend: Backend) -> int:
         """Fill the rows still waiting from each evaluator's settled baselines (measurements still
         under way are awaited); a task whose baseline failed keeps none.  Returns the rows filled."""
-        settled_baselines = getattr(backend, "settled_baselines", None)
-        if not self._pending or settled_baselines is None:
+        if not self._pending:
             return 0
-        settled, filled = settled_baselines(), 0
+        settled, filled = backend.settled_baselines(), 0
         for (task, evaluator), ids in sorted(self._pending.items()):
             ratio = (settled[evaluator].get(task) or {}).get("ratio") if evaluator < len(settled) else None
             if ratio:

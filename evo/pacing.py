@@ -10,8 +10,8 @@ from contextlib import contextmanager
 class Pacing:
     """Moving averages of proposal and evaluation durations, and the evaluation queue they allow."""
 
-    def __init__(self, evaluators: int):
-        self.evaluators = evaluators
+    def __init__(self, slots: int):
+        self.slots = slots
         self._started: dict[Future, float] = {}  # when each proposal or evaluation was submitted
         self.seconds = {"proposal": 0.0, "evaluation": 0.0}
 
@@ -25,12 +25,12 @@ class Pacing:
             self.seconds[kind] = seconds if not average else 0.8 * average + 0.2 * seconds
 
     def backlog(self) -> int:
-        """Children may wait for an evaluator as long as the evaluators drain them before a proposal
-        started now comes back (at least two per evaluator)."""
+        """Children may wait for an evaluation slot as long as the slots drain them before a proposal
+        started now comes back (at least two per slot)."""
         proposal_s, evaluation_s = self.seconds["proposal"], self.seconds["evaluation"]
         if proposal_s and evaluation_s:
-            return max(2 * self.evaluators, int(self.evaluators * proposal_s / evaluation_s))
-        return 2 * self.evaluators
+            return max(2 * self.slots, int(self.slots * proposal_s / evaluation_s))
+        return 2 * self.slots
 
 
 @contextmanager

@@ -223,8 +223,8 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
         tasks = prepared.tasks
         if arrivals is not None and arrivals.open:
             console.print(f"searching {len(tasks)} tasks while the others are prepared")
-        if hasattr(backend, "placement"):
-            placement = backend.placement()
+        placement = backend.placement()
+        if placement is not None:
             events("placement", **placement)
             console.print(f"Ray: {placement['nodes']} nodes; islands on {len(set(placement['islands']))}, "
                           f"evaluators on {len(set(placement['evaluators']))}")

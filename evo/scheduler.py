@@ -1,8 +1,8 @@
 """Evaluations in flight: which programs wait, which evaluator runs which, and what comes back.
 
 The run loop decides *what* to evaluate (its search policy); this module decides *when and where*:
-programs wait in order, an idle evaluator worker takes the next one, a worker that died has its
-program evaluated again (a few times at most), and a program's source is known to be under way
+programs wait in order, an idle evaluation slot takes the next one, a slot whose evaluator died has
+its program evaluated again (a few times at most), and a program's source is known to be under way
 until its result is recorded, so a duplicate proposal is refused.  Plain Python: the backend's
 ``evaluate`` is passed in as ``submit``.
 """
@@ -21,13 +21,13 @@ Submit = Callable[[int, Program], Future]
 
 
 class EvaluationQueue:
-    """Programs waiting for an evaluator, programs being evaluated, and the idle evaluator workers."""
+    """Programs waiting for an evaluation slot, programs being evaluated, and the idle slots."""
 
-    def __init__(self, evaluators: int, pacing: Pacing):
+    def __init__(self, slots: int, pacing: Pacing):
         self.pacing = pacing
         self._waiting: deque[Program] = deque()
         self._running: dict[Future, tuple[int, Program]] = {}
-        self._idle: deque[int] = deque(range(evaluators))
+        self._idle: deque[int] = deque(range(slots))
         self._sources: set[tuple[str, str]] = set()  # (task, source hash) queued or running
         self._lost: dict[int, int] = {}  # program id -> evaluator deaths while evaluating it
 
@@ -40,22 +40,22 @@ class EvaluationQueue:
         return (task, source_hash) in self._sources
 
     def start(self, submit: Submit) -> None:
-        """Every idle worker takes the next waiting program."""
+        """Every idle slot takes the next waiting program."""
         while self._idle and self._waiting:
-            worker, program = self._idle.popleft(), self._waiting.popleft()
-            future = submit(worker, program)
-            self._running[future] = (worker, program)
+            slot, program = self._idle.popleft(), self._waiting.popleft()
+            future = submit(slot, program)
+            self._running[future] = (slot, program)
             self.pacing.started(future)
 
     def owns(self, future: Future) -> bool:
         return future in self._running
 
     def finished(self, future: Future) -> tuple[int, Program]:
-        """The worker and program of a finished evaluation; the worker is idle again."""
+        """The slot and program of a finished evaluation; the slot is idle again."""
         self.pacing.finished(future, "evaluation")
-        worker, program = self._running.pop(future)
-        self._idle.append(worker)
-        return worker, program
+        slot, program = self._running.pop(future)
+        self._idle.append(slot)
+        return slot, program
 
     def lost(self, program: Program) -> int | None:
         """The program's evaluator died: the program goes first in line again and its count of

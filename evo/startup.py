@@ -13,13 +13,16 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from rich.console import Console
 
 from evaluator import Preparation
 from evo.seed_store import StoredSeed
 from evo.task import Task
+
+if TYPE_CHECKING:
+    from islands.backend import Backend
 
 # Why a task is not searched: its reference failed (``reference``), ran out of GPU memory
 # (``memory``) or did not finish (``timeout``); it has no seed (``seed``); its seeds all failed
@@ -59,7 +62,7 @@ def seedless(task: Task, tried: str) -> str:
             "an LLM writes the first kernels")
 
 
-def prepare_tasks(tasks: list[Task], backend, *, on_gpu: bool, compile_seeds: bool, llm: bool,
+def prepare_tasks(tasks: list[Task], backend: Backend, *, on_gpu: bool, compile_seeds: bool, llm: bool,
                   earlier: dict[str, dict], has_programs: set[str], console: Console,
                   stored: Callable[[Task], StoredSeed | None] | None = None) -> Prepared:
     """Check every task's reference and derive the seeds that are missing, many at once (the
@@ -77,11 +80,11 @@ def prepare_tasks(tasks: list[Task], backend, *, on_gpu: bool, compile_seeds: bo
     return prepared
 
 
-def prepare_stream(tasks: list[Task], backend, *, on_gpu: bool, compile_seeds: bool, llm: bool,
+def prepare_stream(tasks: list[Task], backend: Backend, *, on_gpu: bool, compile_seeds: bool, llm: bool,
                    earlier: dict[str, dict], has_programs: set[str], console: Console,
                    stored: Callable[[Task], StoredSeed | None] | None = None) -> Iterator[Prepared]:
     """:func:`prepare_tasks` as it goes: first the tasks kept aside, then each task as its preparation
-    ends (the backend's ``prepare_stream``, where it has one), so that a run may search the first
+    ends (the backend's ``prepare_stream``), so that a run may search the first
     tasks while the others are still being prepared."""
     kept, todo = [], []
     for task in tasks:
@@ -101,8 +104,7 @@ def prepare_stream(tasks: list[Task], backend, *, on_gpu: bool, compile_seeds: b
     if not todo:
         return
     wanted = [Preparation(t.name, t.source, t.name in derive) for t in todo]
-    outcomes = backend.prepare_stream(wanted) if hasattr(backend, "prepare_stream") else \
-        backend.prepare(wanted).items()
+    outcomes = backend.prepare_stream(wanted)
     by_name = {t.name: t for t in todo}
     for name, outcome in outcomes:
         yield _prepared(by_name[name], outcome, known.get(name), has_programs=name in has_programs, llm=llm,

@@ -48,7 +48,8 @@ BATCH = 20_000
 
 class _NoBackend:
     island_count = ISLANDS
-    evaluator_count = 1
+    evaluator_count = slot_count = 1
+    races = False
 
 
 def _variants(tasks, rng, count):

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from evaluator import Evaluator, EvaluatorSettings, resolve_device
 from evaluator.containment import describe, probe
-from tests.test_containment import DETACH, READ_ENVIRONS, REPO, SECRET, WRITE_FILES, marked
-from tests.test_evaluator import TASK, candidate
+from tests.support.hostile import DETACH, READ_ENVIRONS, REPO, SECRET, WRITE_FILES, marked
+from tests.support.candidates import TASK, candidate
 
 
 def _report(evaluator: Evaluator, name: str):

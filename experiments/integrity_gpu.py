@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evaluator import Evaluator, EvaluatorSettings, Preparation  # noqa: E402
 from evo.task import load_tasks  # noqa: E402
-from tests.integrity_cheats import (CAST_GLUE_DOES_THE_WORK, CAST_HONEST, CAST_TASK, gelu_cheats,  # noqa: E402
-                                    row_sum_cheat)
+from tests.support.integrity_cheats import (CAST_GLUE_DOES_THE_WORK, CAST_HONEST, CAST_TASK,  # noqa: E402
+                                            gelu_cheats, row_sum_cheat)
 
 EVALUATORS = ("checked", "unchecked")
 GROUPS = {"builtin": "honest:", "kernelbench": "kb:"}  # group -> the prefix of its candidates' names
@@ -50,7 +50,7 @@ def candidates() -> list[dict]:
     for name, (source, what) in gelu_cheats(gelu.seeds[0]).items():
         out.append({"name": f"cheat:{name}", "task": "gelu", "task_source": gelu.source, "source": source,
                     "what": what})
-    from tests.test_integrity_gpu import gelu_watched_cheats  # round three: watched, and the reference altered
+    from tests.support.integrity_cheats import gelu_watched_cheats  # round three: watched, and the reference altered
 
     for name, (source, what) in gelu_watched_cheats(gelu.seeds[0]).items():
         out.append({"name": f"cheat:{name}", "task": "gelu", "task_source": gelu.source, "source": source,

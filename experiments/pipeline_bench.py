@@ -13,7 +13,7 @@ Each configuration (ISLANDSxEVALUATORS[xPROPOSALS_PER_ISLAND]) runs the real eng
 as ``evo run`` builds it from the Hydra config: the run loop, islands (Ray actors with
 ``--backend ray``), the LLM operators (rewrite, diff, crossover) through litellm
 against a scripted OpenAI-compatible server (``experiments.proposal_rate_bench``'s:
-its own process, replies from ``tests.llm_server.Variants``, so every child is a new
+its own process, replies from ``tests.support.llm_server.Variants``, so every child is a new
 correct kernel) that answers after ``--latency`` seconds, and the sandboxed
 evaluator, one per GPU (``evaluator.workers``: with Ray each evaluator actor
 reserves one GPU, so one evaluator on a two-GPU machine uses one of them).  The

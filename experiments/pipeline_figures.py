@@ -25,13 +25,10 @@ class TimedBackend:
         self.proposals: list[dict] = []
         self._lock = threading.Lock()  # callbacks run on the backend's threads
 
-    @property
-    def island_count(self) -> int:
-        return self.inner.island_count
-
-    @property
-    def evaluator_count(self) -> int:
-        return self.inner.evaluator_count
+    def __getattr__(self, name: str):  # the rest of islands.backend.Backend: the inner backend's
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     def now(self) -> float:
         return time.monotonic() - self.origin
@@ -51,13 +48,13 @@ class TimedBackend:
         future.add_done_callback(done)
         return future
 
-    def evaluate(self, worker: int, task_name: str, task_source: str, source: str) -> Future:
+    def evaluate(self, slot: int, task_name: str, task_source: str, source: str, race_bar=None) -> Future:
         start = self.now()
-        future = self.inner.evaluate(worker, task_name, task_source, source)
+        future = self.inner.evaluate(slot, task_name, task_source, source, race_bar)
 
         def done(f: Future) -> None:
             result = None if f.exception() else f.result()
-            record = {"worker": worker, "task": task_name, "start": start, "end": self.now(),
+            record = {"worker": slot, "task": task_name, "start": start, "end": self.now(),
                       "child": source not in self.seeds, "wall_s": result.wall_s if result else 0.0,
                       "status": result.status.value if result else "lost"}
             with self._lock:
@@ -66,11 +63,6 @@ class TimedBackend:
         future.add_done_callback(done)
         return future
 
-    def check_task(self, task_name: str, task_source: str) -> dict:
-        return self.inner.check_task(task_name, task_source)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def _overlap(start: float, end: float, lo: float, hi: float) -> float:
@@ -114,7 +106,7 @@ def figures(backend: TimedBackend, samples: list[dict], run: tuple[float, float]
     # Steady state: completions after the first child's, over the time since it (no start or end edge).
     steady = _per_hour(len(ends) - 1, ends[-1] - ends[0]) if len(ends) > 1 else None
     latencies = [s for p in backend.proposals for s in p["llm_latency_s"]]
-    workers = backend.evaluator_count
+    workers = backend.slot_count
     busy = _busy(evaluations, workers, child_lo, child_hi)
     sampled = {key: [s.get(key, 0) for s in samples] for key in ("proposals", "llm_requests", "queued")}
     return {

@@ -2,7 +2,7 @@
 
     python -m experiments.proposal_rate_bench --out experiments/proposal_rate_bench.md
 
-A scripted OpenAI-compatible server (replies from ``tests.llm_server.Variants``,
+A scripted OpenAI-compatible server (replies from ``tests.support.llm_server.Variants``,
 each a new child) runs in its own process on asyncio, so that its own overhead
 stays small, and answers each request after a fixed latency.  The engine runs the real run loop (``evo.controller.Controller``),
 islands and LLM operators (diff and rewrite, through the client's transport:
@@ -45,7 +45,7 @@ from evo.task import load_tasks  # noqa: E402
 from islands import Island, LocalBackend, MigrationSettings  # noqa: E402
 from evo.program import Program  # noqa: E402
 from operators import Context, LLMClient, LLMDiff, LLMMutation, LLMSteering, TunableConstantMutation  # noqa: E402
-from tests.llm_server import TrivialEvaluator, Variants  # noqa: E402
+from tests.support.llm_server import TrivialEvaluator, Variants  # noqa: E402
 
 
 async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, latency_s: float,

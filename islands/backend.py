@@ -1,8 +1,12 @@
 """Where islands and evaluators run: in this process (threads) or on Ray.
 
-The controller talks to a backend only through futures, so the same run loop
+The controller talks to a backend only through :class:`Backend` and futures, so the same run loop
 drives both.  ``LocalBackend`` is for tests and debugging; the Ray backend
 (``islands.ray_backend``) is the default for runs.
+
+An *evaluation slot* is one evaluation the run loop may have under way: each evaluator (one per GPU)
+serves ``Evaluator.slots`` of them at once (its pipeline, and one waiting for a worker), and slot
+``n`` is on evaluator ``n % evaluator_count``.
 """
 from __future__ import annotations
 
@@ -10,21 +14,63 @@ import queue
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol, runtime_checkable
 
 from evaluator import EvalResult, Evaluator, Preparation
 from islands.island import Island
 from operators.base import Context, Proposal
 
 
+@runtime_checkable
+class Backend(Protocol):
+    """What the run loop and the run's start-up ask of the islands and evaluators, wherever they run."""
+
+    @property
+    def island_count(self) -> int: ...
+
+    @property
+    def evaluator_count(self) -> int:
+        """Evaluators: one per GPU (or one on the CPU)."""
+
+    @property
+    def slot_count(self) -> int:
+        """Evaluation slots, over all evaluators."""
+
+    @property
+    def races(self) -> bool:
+        """The evaluators take a race bar (a child's parent's speedup) with each candidate."""
+
+    def propose(self, island: int, context: Context) -> Future[Proposal]: ...
+
+    def evaluate(self, slot: int, task_name: str, task_source: str, source: str,
+                 race_bar: float | None = None) -> Future[EvalResult]: ...
+
+    def settled_baselines(self) -> list[dict[str, dict]]:
+        """Each evaluator's torch.compile baselines, ``{task: {"ratio"} or {"error"}}``, those still
+        measured awaited: for results that came back before their task's (``late_baseline``)."""
+
+    def placement(self) -> dict | None:
+        """Where each island and evaluator runs (nodes of a cluster); None where all run in this process."""
+
+    def check_task(self, task_name: str, task_source: str) -> dict: ...
+
+    def compile_seed(self, task_name: str, task_source: str) -> dict: ...
+
+    def prepare(self, tasks: list[Preparation]) -> dict[str, dict]: ...
+
+    def prepare_stream(self, tasks: list[Preparation]) -> Iterator[tuple[str, dict]]: ...
+
+    def close(self) -> None: ...
+
+
 class LocalBackend:
-    """Islands and evaluators as plain objects driven by a thread pool."""
+    """Islands and evaluators as plain objects driven by a thread pool (a :class:`Backend`)."""
 
     def __init__(self, islands: list[Island], make_evaluator: Callable[[int], Evaluator], evaluators: int,
                  proposals_per_island: int = 1):
         self.islands = islands
         self.evaluators = [make_evaluator(i) for i in range(evaluators)]
-        self._slots = sum(getattr(e, "slots", 1) for e in self.evaluators)  # every evaluator's pipeline, and one
+        self._slots = sum(e.slots for e in self.evaluators)  # every evaluator's pipeline, and one waiting
         # Proposals mostly wait on LLM replies: one thread for each proposal the run loop keeps in flight.
         self._proposal_pool = ThreadPoolExecutor(max_workers=len(islands) * max(1, proposals_per_island),
                                                  thread_name_prefix="evo-propose")
@@ -36,7 +82,10 @@ class LocalBackend:
 
     @property
     def evaluator_count(self) -> int:
-        """Evaluation slots: every evaluator's pipeline and one waiting (slot ``n`` is on evaluator ``n % count``)."""
+        return len(self.evaluators)
+
+    @property
+    def slot_count(self) -> int:
         return self._slots
 
     def propose(self, island: int, context: Context) -> Future[Proposal]:
@@ -44,21 +93,18 @@ class LocalBackend:
 
     @property
     def races(self) -> bool:
-        """The evaluators take a race bar (a child's parent's speedup) with each candidate."""
-        return all(isinstance(e, Evaluator) and e.settings.race for e in self.evaluators)
+        return all(e.settings.race for e in self.evaluators)
 
-    def evaluate(self, worker: int, task_name: str, task_source: str, source: str,
+    def evaluate(self, slot: int, task_name: str, task_source: str, source: str,
                  race_bar: float | None = None) -> Future[EvalResult]:
-        evaluator = self.evaluators[worker % len(self.evaluators)]
-        if not isinstance(evaluator, Evaluator):  # a test's stand-in
-            return self._pool.submit(evaluator.evaluate, task_name, task_source, source,
-                                     *([] if race_bar is None else [race_bar]))
+        evaluator = self.evaluators[slot % len(self.evaluators)]
         return self._pool.submit(evaluator.evaluate, task_name, task_source, source, race_bar, late_baseline=True)
 
     def settled_baselines(self) -> list[dict[str, dict]]:
-        """Each evaluator's torch.compile baselines, ``{task: {"ratio"} or {"error"}}``, those still
-        measured awaited: for results that came back before their task's (``late_baseline``)."""
-        return [e.settled_baselines() if isinstance(e, Evaluator) else {} for e in self.evaluators]
+        return [e.settled_baselines() for e in self.evaluators]
+
+    def placement(self) -> None:
+        return None
 
     def check_task(self, task_name: str, task_source: str) -> dict:
         return self.evaluators[0].check_task(task_name, task_source)

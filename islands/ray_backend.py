@@ -125,6 +125,8 @@ def _node_of(actor) -> str:
 
 
 class RayBackend:
+    """Islands and evaluators as Ray actors, wherever the cluster has room (a :class:`islands.backend.Backend`)."""
+
     def __init__(self, settings: RaySettings, islands: list[Island], evaluator_settings: EvaluatorSettings,
                  device: str, evaluators: int, proposals_per_island: int = 1,
                  report: Callable[[str], None] = _say):
@@ -233,7 +235,10 @@ class RayBackend:
 
     @property
     def evaluator_count(self) -> int:
-        """Evaluation slots: every evaluator's (slot ``n`` is on evaluator ``n % count``)."""
+        return len(self.evaluators)
+
+    @property
+    def slot_count(self) -> int:
         return len(self.evaluators) * self._slots
 
     def propose(self, island: int, context: Context) -> Future[Proposal]:
@@ -244,9 +249,9 @@ class RayBackend:
         """The evaluators take a race bar (a child's parent's speedup) with each candidate."""
         return self._races
 
-    def evaluate(self, worker: int, task_name: str, task_source: str, source: str,
+    def evaluate(self, slot: int, task_name: str, task_source: str, source: str,
                  race_bar: float | None = None) -> Future[EvalResult]:
-        return self.evaluators[worker % len(self.evaluators)].evaluate.remote(
+        return self.evaluators[slot % len(self.evaluators)].evaluate.remote(
             task_name, task_source, source, race_bar, late_baseline=True).future()
 
     def settled_baselines(self) -> list[dict[str, dict]]:

@@ -14,7 +14,8 @@ from evo.startup import Prepared, SetAside, prepare_stream, prepare_tasks
 from islands import Island, LocalBackend, MigrationSettings
 from islands.backend import merged
 from operators import TunableConstantMutation
-from tests.llm_server import TrivialEvaluator
+from tests.support.llm_server import TrivialEvaluator
+from tests.support import StandInBackend
 
 
 def _piece(*tasks, aside=()):
@@ -78,7 +79,7 @@ def test_merged_streams_come_as_they_are_made_and_a_failure_is_raised_at_the_end
     assert sorted(seen) == [3, 4]
 
 
-class StreamingBackend:
+class StreamingBackend(StandInBackend):
     """Outcomes in the order given, whatever the order of the tasks."""
 
     def __init__(self, order, failing=()):
@@ -109,9 +110,9 @@ def test_prepare_stream_yields_each_task_as_it_ends_and_prepare_tasks_keeps_the_
 
 
 class SlowEvaluator(TrivialEvaluator):
-    def evaluate(self, task_name, task_source, source):
+    def score(self, task_name, task_source, source):
         time.sleep(0.05)  # a budget not spent before the late task's seed is back
-        return super().evaluate(task_name, task_source, source)
+        return super().score(task_name, task_source, source)
 
 
 def test_a_task_prepared_during_the_search_joins_it(tmp_path, builtin_tasks):

@@ -6,7 +6,7 @@ import torch
 import evaluator.compare as compare
 from evaluator import Status
 from evaluator.compare import digest, mismatch
-from tests.test_evaluator import TASK, candidate
+from tests.support.candidates import TASK, candidate
 
 
 @pytest.fixture

@@ -64,7 +64,7 @@ def test_a_contained_candidate_can_still_write_into_the_shared_cache(tmp_path):
     leaves the filesystem read-only but for the scratch and the cache (where the machine allows)."""
     from evaluator import Status
     from evaluator.containment import describe, probe
-    from tests.test_evaluator import TASK, candidate
+    from tests.support.candidates import TASK, candidate
 
     state = probe(mode="auto", cuda=False)
     settings = EvaluatorSettings(device="cpu", pipeline=2, containment="auto", compile_baseline=False)

@@ -10,6 +10,7 @@ from evaluator import Evaluator, EvaluatorSettings, Status
 from evaluator.compile_seed import NoSeed, seed_from_inductor
 from evo.kernel_source import find_tunables
 from evo.task import load_tasks
+from tests.support import StandInBackend
 
 DATA = Path(__file__).parent / "data" / "inductor"
 
@@ -136,15 +137,15 @@ def test_graph_inputs_must_match_the_wrapper():
         seed_from_inductor("def call(args):\n    return ()\n", [], task.source)
 
 
-class SeedingBackend:
-    """``prepare`` as the backends answer it: every reference passes, seeds come from ``reply``."""
+class SeedingBackend(StandInBackend):
+    """Every reference passes, seeds come from ``reply``."""
 
     def __init__(self, reply: dict):
         self.reply, self.asked = reply, []
 
-    def prepare(self, tasks) -> dict:
-        self.asked += [t.name for t in tasks if t.seed]
-        return {t.name: {"check": {"ok": True}, "seed": self.reply if t.seed else None} for t in tasks}
+    def compile_seed(self, task_name, task_source) -> dict:
+        self.asked.append(task_name)
+        return self.reply
 
 
 def test_a_task_without_seed_gets_one_from_torch_compile_on_gpus():

@@ -10,6 +10,7 @@ from evo.run_settings import RunSettings
 from evo.progress import RunEvents
 from islands import Island, LocalBackend, MigrationSettings
 from operators import TunableConstantMutation
+from tests.support.llm_server import TrivialEvaluator
 
 
 def make_run(tmp_path, tasks, budget, resume_count=0, islands=2):
@@ -96,25 +97,18 @@ def test_zero_budget_only_evaluates_seeds(tmp_path, quick_tasks):
     assert [r.operator for r in programs(archive)] == ["seed", "seed"]
 
 
-class DyingEvaluator:
+class DyingEvaluator(TrivialEvaluator):
     """The trivial stand-in evaluator, whose actor 'dies' on the first ``deaths`` requests."""
 
     def __init__(self, deaths: int):
-        from tests.llm_server import TrivialEvaluator
+        super().__init__()
+        self.deaths, self.calls = deaths, 0
 
-        self.inner, self.deaths, self.calls = TrivialEvaluator(), deaths, 0
-
-    def evaluate(self, task_name, task_source, source):
+    def score(self, task_name, task_source, source):
         self.calls += 1
         if self.calls <= self.deaths:
             raise RuntimeError("The actor died unexpectedly before finishing this task.")
-        return self.inner.evaluate(task_name, task_source, source)
-
-    def check_task(self, task_name, task_source):
-        return {"ok": True}
-
-    def close(self):
-        pass
+        return super().score(task_name, task_source, source)
 
 
 @pytest.mark.parametrize("deaths, crashed, children", [(2, 0, 4), (3, 1, 0)])

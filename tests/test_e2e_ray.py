@@ -10,7 +10,7 @@ import sys
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.llm_server import ScriptedLLMServer, Variants
+from tests.support.llm_server import ScriptedLLMServer, Variants
 
 
 @pytest.mark.slow

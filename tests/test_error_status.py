@@ -8,7 +8,7 @@ import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
 from evaluator.calls import Failure, call, is_compile_error
-from tests.test_evaluator import TASK, candidate
+from tests.support.candidates import TASK, candidate
 
 KERNEL_LINE = "tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)"
 

@@ -9,7 +9,7 @@ import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
 from evaluator.gate import TimingGate
-from tests.test_evaluator import TASK, candidate
+from tests.support.candidates import TASK, candidate
 
 
 class Member:

@@ -3,7 +3,7 @@ candidate it catches and an honest kernel it lets through."""
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
-from tests.test_evaluator import TASK, candidate
+from tests.support.candidates import TASK, candidate
 
 
 @pytest.fixture(scope="module")

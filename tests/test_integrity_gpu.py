@@ -1,10 +1,10 @@
 """On a CUDA GPU: what is timed is the candidate's own kernels on the caller's stream; each check
-catches its cheat and lets honest kernels through (cheats in tests/integrity_cheats.py)."""
+catches its cheat and lets honest kernels through (cheats in tests/support/integrity_cheats.py)."""
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
-from tests.integrity_cheats import (CAST_GLUE_DOES_THE_WORK, CAST_HONEST, CAST_TASK, gelu_cheats, row_sum_cheat,
-                                    watched_verdicts)
+from tests.support.integrity_cheats import (CAST_GLUE_DOES_THE_WORK, CAST_HONEST, CAST_TASK, gelu_cheats,
+                                            gelu_watched_cheats, row_sum_cheat, watched_verdicts)
 
 pytestmark = pytest.mark.gpu
 
@@ -67,12 +67,6 @@ def test_an_output_cached_by_identity_gains_nothing(gpu_evaluator, builtin_tasks
 
 # Round three: the same cheats and verdicts as on the CPU (tests/test_integrity_watched.py).
 WATCHED_EXPECTED = watched_verdicts("torch.nn.functional:gelu")
-
-
-def gelu_watched_cheats(seed: str) -> dict:
-    from tests.integrity_cheats import _GELU_LAUNCH, watched_cheats
-
-    return watched_cheats(seed, _GELU_LAUNCH, "torch.nn.functional:gelu", "CUDA", "gelu")
 
 
 @pytest.mark.parametrize("name", sorted(WATCHED_EXPECTED))

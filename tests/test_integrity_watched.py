@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
-from tests.integrity_cheats import watched_cheats, watched_verdicts
-from tests.test_evaluator import TASK, candidate
+from tests.support.integrity_cheats import watched_cheats, watched_verdicts
+from tests.support.candidates import TASK, candidate
 
 LAUNCH = "        double_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, BLOCK_SIZE=BLOCK_SIZE)\n"
 CHEATS = watched_cheats(candidate(), LAUNCH, "torch:mul", "CPU", "mul.Tensor")

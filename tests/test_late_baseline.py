@@ -10,7 +10,8 @@ from archive.queries import ArchiveReader
 from evaluator import EvalResult, Evaluator, EvaluatorSettings, Status
 from evo.late_baselines import LateBaselines
 from islands.backend import LocalBackend
-from tests.test_evaluator import TASK
+from tests.support import StandInBackend
+from tests.support.candidates import TASK
 
 CORRECT = {"status": "correct", "speedup": 2.0, "runtime_ms": 1.0, "ref_runtime_ms": 2.0}
 
@@ -118,7 +119,7 @@ def test_rows_recorded_before_the_baseline_are_filled_by_a_later_result_of_their
         assert rows[other_gpu] == (None, None) and rows[other_task] == (None, None)
         assert late.pending == 2
 
-        class Backend:  # the end of the run: each evaluator's settled baselines
+        class Backend(StandInBackend):  # the end of the run: each evaluator's settled baselines
             def settled_baselines(self):
                 return [{"u": {"error": "torch.compile failed"}}, {"t": {"ratio": 0.25}}]
 

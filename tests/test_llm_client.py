@@ -10,7 +10,7 @@ import pytest
 
 from evo.errors import LLMError
 from operators import LLMClient
-from tests.llm_server import Faults, Gate, ScriptedLLMServer, completion
+from tests.support.llm_server import Faults, Gate, ScriptedLLMServer, completion
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -188,7 +188,7 @@ def test_the_http_transport_never_imports_litellm_for_priced_models(transport):
     import subprocess
     import sys
 
-    code = ("import sys; from operators import LLMClient; from tests.llm_server import ScriptedLLMServer, completion\n"
+    code = ("import sys; from operators import LLMClient; from tests.support.llm_server import ScriptedLLMServer, completion\n"
             "with ScriptedLLMServer(lambda r: (200, completion('ok'))) as s:\n"
             "    c = LLMClient(model='openai/m', api_base=s.api_base, prices={'openai/m': [1, 2]})\n"
             "    assert c.complete([{'role': 'user', 'content': 'hi'}]).text == 'ok'\n"

@@ -14,7 +14,7 @@ from operators import (Context, LLMBudget, LLMClient, LLMCrossover, LLMDiff, LLM
                        ModelEnsemble, ParameterCrossover, TunableConstantMutation)
 from operators.prompting import render
 from operators.replies import apply_diff
-from tests.llm_server import Gate, ScriptedLLMServer, Variants, completion
+from tests.support.llm_server import Gate, ScriptedLLMServer, Variants, completion
 
 FACTS = dict(registers=40, spills=0, shared_bytes=8192, num_warps=4, num_stages=2)
 

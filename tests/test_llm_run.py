@@ -1,6 +1,6 @@
 """Whole runs with LLM operators against scripted servers: faults, budgets, repairs, the bandit.
 
-The evaluator is a trivial stand-in (tests.llm_server.TrivialEvaluator), so these
+The evaluator is a trivial stand-in (tests.support.llm_server.TrivialEvaluator), so these
 runs exercise the proposal path and the run loop, not Triton.  The fault and key tests run on
 both transports (litellm, plain HTTP); the others on the default (plain HTTP for these endpoints).
 """
@@ -17,7 +17,7 @@ from evo.progress import RunEvents
 from islands import Island, LocalBackend, MigrationSettings
 from operators import (LLMBudget, LLMClient, LLMCrossover, LLMDiff, LLMMutation, LLMRepair, LLMSteering,
                        TunableConstantMutation)
-from tests.llm_server import Faults, ScriptedLLMServer, TrivialEvaluator, Variants
+from tests.support.llm_server import Faults, ScriptedLLMServer, TrivialEvaluator, Variants
 
 
 def run(tmp_path, tasks, server, *, budget, models=("openai/scripted",), llm_budget=None, repair=0.0,
@@ -184,7 +184,7 @@ class FusionPaysEvaluator(TrivialEvaluator):
     """Each FUSED line makes a kernel 10% faster, each other added line 1% slower: only children
     asked with a fragment that advises fusion improve on their parents."""
 
-    def evaluate(self, task_name, task_source, source):
+    def score(self, task_name, task_source, source):
         from evaluator.result import EvalResult, Status
 
         fused, lines = source.count("\nFUSED_"), source.count("\nVARIANT_")

@@ -16,7 +16,8 @@ from evo.task import Task
 from islands import Island
 from operators import Context, LLMClient, LLMSeed, TunableConstantMutation
 from operators.llm import SEED_STRATEGIES
-from tests.llm_server import ScriptedLLMServer, completion
+from tests.support.llm_server import ScriptedLLMServer, completion
+from tests.support import StandInBackend, StandInEvaluator
 from tests.test_cli import LOCAL, evo
 
 PROBLEM = '''
@@ -125,9 +126,9 @@ def test_seeding_asks_a_wave_at_a_time_and_counts_attempts_across_resumes():
 def test_without_an_llm_a_seedless_task_is_set_aside_naming_both_ways_out():
     task = Task(name="triple", path="/x/triple.py", source=PROBLEM)
 
-    class Backend:
-        def prepare(self, preparations):
-            return {p.name: {"check": {"ok": True}, "seed": None} for p in preparations}
+    class Backend(StandInBackend):  # every reference accepted, no seed derived
+
+        pass
 
     prepared = prepare_tasks([task], Backend(), on_gpu=False, compile_seeds=True, llm=False, earlier={},
                              has_programs=set(), console=Console(quiet=True))
@@ -215,18 +216,15 @@ class Writer:
         return 200, completion(f"```python\nVARIANT_{self.count} = {self.count}\n{wrong}{KERNEL}```")
 
 
-class MarkedEvaluator:
+class MarkedEvaluator(StandInEvaluator):
     """Instant: a program marked WRONG is incorrect, any other correct."""
 
-    def evaluate(self, task_name: str, task_source: str, source: str):
+    def score(self, task_name: str, task_source: str, source: str):
         from evaluator.result import EvalResult, Status
 
         if "WRONG = 1" in source:
             return EvalResult(status=Status.INCORRECT, reason="wrong values", device="fake")
         return EvalResult(status=Status.CORRECT, speedup=1.0 + len(source) % 7 / 10, device="fake")
-
-    def close(self) -> None:
-        pass
 
 
 def test_attempts_are_counted_in_the_archive_and_a_resume_goes_on_from_them(tmp_path):

@@ -180,10 +180,10 @@ class IslandsBackend(FakeBackend):
             raise Killed()
         return self._done(Proposal("fake", f"{context.parent.source}CHILD_{context.sequence} = {island}\n"))
 
-    def evaluate(self, worker, task_name, task_source, source):
+    def evaluate(self, slot, task_name, task_source, source):
         if self.speedup is not None and "CHILD_" in source:
             return self._done(EvalResult(status=Status.CORRECT, speedup=self.speedup))
-        return super().evaluate(worker, task_name, task_source, source)
+        return super().evaluate(slot, task_name, task_source, source)
 
 
 def run_loop(url, task, budget, backend, migration, resume_count=0, events=None):

@@ -5,7 +5,7 @@ from evo.kernel_source import RANGES, find_tunables
 from evo.program import Program
 from operators import Context, LLMClient, LLMMutation, TunableConstantMutation
 from operators.replies import extract_code
-from tests.llm_server import ScriptedLLMServer, completion
+from tests.support.llm_server import ScriptedLLMServer, completion
 
 
 def context(builtin_tasks, name="softmax", speedup=None):

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
-from tests.test_evaluator import TASK, candidate
+from tests.support.candidates import TASK, candidate
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from experiments.pipeline_figures import TimedBackend, figures, ratios, table
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class _TwoWorkers:
-    island_count, evaluator_count = 1, 2
+class _TwoSlots:
+    island_count, slot_count = 1, 2
 
 
 def _record(worker, start, end, wall_s, child=True):
@@ -21,7 +21,7 @@ def _record(worker, start, end, wall_s, child=True):
 
 
 def test_figures_from_known_intervals():
-    backend = TimedBackend(_TwoWorkers(), seeds=set())
+    backend = TimedBackend(_TwoSlots(), seeds=set())
     backend.evaluations = [_record(0, 0.0, 2.0, 1.0, child=False), _record(0, 2.0, 6.0, 3.0),
                            _record(1, 3.0, 5.0, 2.0), _record(1, 7.0, 10.0, 3.0)]
     backend.proposals = [{"island": 0, "start": 0.0, "end": 4.0, "child": True, "llm_latency_s": [3.0]},

@@ -6,7 +6,7 @@ import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
 from evaluator.evaluator import TimingSettings
-from tests.test_evaluator import TASK, candidate
+from tests.support.candidates import TASK, candidate
 from operators.base import Proposal
 from tests.test_rng_resume import FakeBackend, run
 
@@ -61,9 +61,9 @@ class RecordingBackend(FakeBackend):
         self.proposals += 1
         return self._done(Proposal("fake", f"{context.parent.source}\n_child = {self.proposals}\n"))
 
-    def evaluate(self, worker, task_name, task_source, source, race_bar=None):
+    def evaluate(self, slot, task_name, task_source, source, race_bar=None):
         self.bars.append(race_bar)
-        return super().evaluate(worker, task_name, task_source, source)
+        return super().evaluate(slot, task_name, task_source, source)
 
 
 def test_the_run_loop_races_children_against_their_parents_speedup(tmp_path, builtin_tasks):

@@ -15,6 +15,7 @@ from evo.resume import held_by_run, resumed_config, store_sources, tasks_to_resu
 from evo.seed_store import store_seed, stored_seed
 from evo.task import SUITE_DIR, load_task
 from tests.test_cli import LOCAL, evo
+from tests.support import StandInBackend
 
 
 def composed(*overrides: str):
@@ -133,20 +134,15 @@ def test_a_derived_seed_and_a_failure_are_stored_by_the_source_they_were_derived
     reader.close()
 
 
-class CountingBackend:
-    """A backend whose ``prepare`` counts the seeds it was asked to derive."""
+class CountingBackend(StandInBackend):
+    """A backend that counts the seeds it was asked to derive."""
 
     def __init__(self, seed_reply):
         self.seed_reply, self.calls = seed_reply, 0
 
-    def prepare(self, preparations):
-        out = {}
-        for p in preparations:
-            out[p.name] = {"check": {"ok": True}}
-            if p.seed:
-                self.calls += 1
-                out[p.name]["seed"] = self.seed_reply
-        return out
+    def compile_seed(self, task_name, task_source):
+        self.calls += 1
+        return self.seed_reply
 
 
 def test_a_resume_takes_the_stored_seed_or_failure_and_derives_nothing(tmp_path):

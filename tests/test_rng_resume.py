@@ -14,17 +14,15 @@ from evo.loop_state import RNG_META
 from evo.run_settings import RunSettings
 from islands import MigrationSettings
 from operators.base import Proposal
+from tests.support import StandInBackend
 
 
 class Killed(Exception):
     """Stands for SIGKILL: the run loop stops between two committed changes."""
 
 
-class FakeBackend:
+class FakeBackend(StandInBackend):
     """Synchronous islands and evaluator whose answers depend only on what they are given."""
-
-    island_count = 1
-    evaluator_count = 1
 
     def __init__(self, kill_at_proposal: int | None = None):
         self.kill_at, self.proposals = kill_at_proposal, 0
@@ -42,11 +40,8 @@ class FakeBackend:
         inspirations = [p.id for p in context.inspirations]
         return self._done(Proposal("fake", f"{context.parent.source}# child of {context.parent.id}, {inspirations}\n"))
 
-    def evaluate(self, worker, task_name, task_source, source):
+    def evaluate(self, slot, task_name, task_source, source):
         return self._done(EvalResult(status=Status.CORRECT, speedup=1 + zlib.crc32(source.encode()) % 1000 / 500))
-
-    def close(self):
-        pass
 
 
 def run(url, task, budget, backend, resume_count, migration=MigrationSettings(), events=None):

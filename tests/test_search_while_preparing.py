@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_module
 from evo import runner
 from evo.config import build, to_yaml
 from islands import Island, LocalBackend
-from tests.llm_server import TrivialEvaluator
+from tests.support.llm_server import TrivialEvaluator
 
 
 class SlowlyPreparingBackend(LocalBackend):
@@ -37,11 +37,11 @@ class Evaluator(TrivialEvaluator):
     lock = threading.Lock()
     evaluated_at: list[tuple[str, float]] = []
 
-    def evaluate(self, task_name, task_source, source):
+    def score(self, task_name, task_source, source):
         time.sleep(0.02)
         with self.lock:
             self.evaluated_at.append((task_name, time.monotonic()))
-        return super().evaluate(task_name, task_source, source)
+        return super().score(task_name, task_source, source)
 
 
 def test_the_search_starts_with_the_first_task_and_the_others_join_as_they_are_prepared(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import time
 from evaluator import Evaluator, EvaluatorSettings, Status
 from evaluator.worker import KERNEL_HELPERS, preload_kernel_helpers
 from tests.test_durability import sandbox_workers  # this test's live workers, by their scratch
-from tests.test_evaluator import TASK, candidate
+from tests.support.candidates import TASK, candidate
 
 
 def warmed(evaluator: Evaluator) -> Evaluator:

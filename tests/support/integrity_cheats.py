@@ -232,3 +232,7 @@ for _name in ("evaluator.correctness", "evaluator.timed_checks", "evaluator.comp
 class ModelNew''', 1).replace("        return out\n", "        return out * 3\n", 1),
             "at import, replaces the engine's comparison with one that always agrees, and returns wrong values"),
     }
+
+
+def gelu_watched_cheats(seed: str) -> dict:
+    return watched_cheats(seed, _GELU_LAUNCH, "torch.nn.functional:gelu", "CUDA", "gelu")

@@ -14,6 +14,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.support import StandInEvaluator
+
 
 def completion(text: str, model: str = "scripted") -> dict:
     return {
@@ -202,7 +204,7 @@ class Faults:
         raise ValueError(f"unknown fault {kind}")
 
 
-class TrivialEvaluator:
+class TrivialEvaluator(StandInEvaluator):
     """An instant stand-in for the evaluator: a child whose single ``VARIANT_n`` constant has an
     odd ``n`` fails to compile (when ``failing``); every other program is correct, with a speedup
     drawn from its hash."""
@@ -210,7 +212,7 @@ class TrivialEvaluator:
     def __init__(self, failing: bool = False):
         self.failing = failing
 
-    def evaluate(self, task_name: str, task_source: str, source: str):
+    def score(self, task_name: str, task_source: str, source: str):
         from evaluator.result import EvalResult, Status
         from evo.kernel_source import normalized_hash
 
@@ -220,9 +222,3 @@ class TrivialEvaluator:
                               error="Traceback (most recent call last):\nCompilationError: at 1:0", device="fake")
         speedup = 0.5 + int(normalized_hash(source)[:6], 16) % 1000 / 500
         return EvalResult(status=Status.CORRECT, speedup=speedup, device="fake")
-
-    def check_task(self, task_name: str, task_source: str) -> dict:
-        return {"ok": True}
-
-    def close(self) -> None:
-        pass
