@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from evo.errors import EvoError
 
-TOKEN_DOCS = "README.md, section Clusters"
+TOKEN_DOCS = "docs/clusters.md"
 
 
 class ClusterError(EvoError):

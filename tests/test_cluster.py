@@ -1,5 +1,5 @@
 """A Ray cluster of two nodes of one CPU on 127.0.0.1 (`ray start` head plus worker), with token
-authentication on as the README's recipe starts it: a search joins it with ``ray.address`` and
+authentication on as docs/clusters.md's recipe starts it: a search joins it with ``ray.address`` and
 spreads its islands and evaluators over both; a run that cannot join says why in one line; an actor
 the cluster cannot place is reported, then given up; a plain run beside it starts its own Ray."""
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _kill_cluster(temp_dir: str) -> None:
 @pytest.fixture(scope="module")
 def two_node_cluster():
     temp_dir = tempfile.mkdtemp(prefix="evo-ray-", dir="/tmp")  # Ray's socket paths must stay short
-    # One token for every node and for the driver, as the README's recipe sets it.
+    # One token for every node and for the driver, as docs/clusters.md's recipe sets it.
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
     env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
     port = _free_port()
