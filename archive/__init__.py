@@ -4,7 +4,7 @@ Public names:
     Archive, ArchiveError, Insert -- the store (``archive.store``)
 
 Owns the database schema and every query.  May import ``evo`` domain modules
-(``evo.program``, ``evo.descriptors``, ``evo.kernel_source``, ``evo.errors``) and
+(``evo.core.program``, ``evo.core.descriptors``, ``evo.core.kernel_source``, ``evo.core.errors``) and
 ``evaluator.result``; never Ray, operators or islands.
 """
 from archive.store import Archive, ArchiveError, Insert

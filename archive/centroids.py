@@ -5,7 +5,7 @@ import numpy as np
 from sqlalchemy import insert, select
 
 from archive import statements as sql
-from evo.layouts import CVT, draw_centroids
+from evo.core.layouts import CVT, draw_centroids
 
 
 def load_or_draw_centroids(c, descriptors: tuple, cells: int, seed: int) -> CVT | None:
@@ -30,7 +30,7 @@ def load_or_draw_centroids(c, descriptors: tuple, cells: int, seed: int) -> CVT 
             raise ValueError("continuous descriptors need a CVT archive (archive.cvt_cells > 0)")
         return None
     if any(not hasattr(d, "low") for d in descriptors):
-        raise ValueError("a CVT archive needs continuous descriptors (evo.descriptors.by_names(..., continuous=True))")
+        raise ValueError("a CVT archive needs continuous descriptors (evo.core.descriptors.by_names(..., continuous=True))")
     centroids = draw_centroids(cells, len(descriptors), seed)
     c.execute(insert(sql.CENTROIDS), [dict(cell=i, axis=j, value=float(v))
                                       for i, row in enumerate(centroids) for j, v in enumerate(row)])

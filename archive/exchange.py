@@ -13,8 +13,9 @@ import time
 from sqlalchemy import select
 
 from archive import statements as sql
+from archive.outcomes import Insert
 from evaluator.result import Status
-from evo.program import SEED_OPERATORS
+from evo.core.program import SEED_OPERATORS
 
 
 class Exchange:
@@ -25,8 +26,6 @@ class Exchange:
         ``move``: an elite the destination accepted leaves its source cell, unless the round has
         already put another elite there (so a ring of moves rotates elites).  Returns how many were placed.
         """
-        from archive.store import Insert  # here: the store imports this module
-
         kind, placed = ("move" if move else "copy"), 0
         if not pairs:
             return placed

@@ -19,7 +19,7 @@ from sqlalchemy import and_, case, create_engine, func, inspect, null, select
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from archive.store import ArchiveError
-from evo.program import SEED_OPERATORS
+from evo.core.program import SEED_OPERATORS
 from archive.statements import (
     CELLS, CENTROIDS, ENVIRONMENTS, EVALUATIONS, LINEAGE, LLM_CALLS, META, MIGRATIONS, PROGRAMS, SET_ASIDE,
     SHAPE_TIMINGS, STATS,

@@ -13,7 +13,7 @@ from sqlalchemy import func, insert, select
 
 from archive import statements as sql
 from evaluator.result import Status
-from evo.program import SEED_OPERATORS
+from evo.core.program import SEED_OPERATORS
 
 
 class Statistics:

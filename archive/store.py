@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 import json
 import time
 from collections import OrderedDict
@@ -20,16 +19,17 @@ from archive import statements as sql
 from archive.centroids import load_or_draw_centroids
 from archive.environments import environment_id, environment_row
 from archive.exchange import Exchange
+from archive.outcomes import Insert
 from archive.schema import SchemaError, make_engine, upgrade
 from archive.statistics import Statistics
 from evaluator.result import EvalResult
-from evo.descriptors import DEFAULT_DESCRIPTORS, analyse, cell_key, complete, describe, parse_cell_key
-from evo.errors import EvoError
-from evo.inspiration import BestThenRandom, Inspiration
-from evo.kernel_source import normalized_hash
-from evo.layouts import Grid, Layout
-from evo.program import Program
-from evo.selection import EliteCell, Selection, Uniform
+from evo.core.descriptors import DEFAULT_DESCRIPTORS, analyse, cell_key, complete, describe, parse_cell_key
+from evo.core.errors import EvoError
+from evo.core.inspiration import BestThenRandom, Inspiration
+from evo.core.kernel_source import normalized_hash
+from evo.core.layouts import Grid, Layout
+from evo.core.program import Program
+from evo.core.selection import EliteCell, Selection, Uniform
 
 UNIFORM = Uniform()
 BEST_THEN_RANDOM = BestThenRandom()
@@ -45,12 +45,6 @@ def shape_timing_row(timing: dict, evaluation_id: int) -> dict:
 
 class ArchiveError(EvoError):
     """The archive database cannot be used."""
-
-
-class Insert(str, enum.Enum):
-    NEW_CELL = "new_cell"
-    IMPROVED = "improved"
-    NOT_ADDED = "not_added"
 
 
 class Archive(Exchange, Statistics):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evo.errors import EvoError
+from evo.core.errors import EvoError
 
 USAGE = __doc__
 
@@ -89,8 +89,8 @@ def _compose(overrides: list[str]):
 
 def eval_command(args: list[str]) -> int:
     from evaluator import Evaluator, resolve_device
-    from evo.config import instantiate_node
-    from evo.task import load_task
+    from evo.core.hydra_nodes import instantiate_node
+    from evo.core.task import load_task
 
     picked, overrides = _key_values(args, {"task", "candidate"})
     if set(picked) != {"task", "candidate"}:
@@ -139,10 +139,17 @@ def _run_args(args: list[str], usage: str, optional: set[str] = frozenset(),
 
 def status_command(args: list[str]) -> int:
     from evaluator.containment import describe
-    from evo.run_view import open_run
-    from evo.fast_p import fast_p_rows, task_bests, tolerance_of
-    from evo.summary import (fast_p_table, fragment_table, model_table, operator_table, phase_line,
-                             racing_line, status_table)
+    from evo.views.fast_p import fast_p_rows, task_bests, tolerance_of
+    from evo.views.run_view import open_run
+    from evo.views.summary import (
+        fast_p_table,
+        fragment_table,
+        model_table,
+        operator_table,
+        phase_line,
+        racing_line,
+        status_table,
+    )
     from operators.meta_prompt import STATE_KEY, table
 
     try:
@@ -185,8 +192,8 @@ EXPORT_USAGE = "evo export run.dir=DIR out=PATH [tasks=a,b] [min_speedup=X] [top
 
 
 def export_command(args: list[str]) -> int:
-    from evo.export import ExportOptions, export_run
-    from evo.run_view import open_run
+    from evo.views.export import ExportOptions, export_run
+    from evo.views.run_view import open_run
 
     try:
         picked = _run_args(args, EXPORT_USAGE, {"tasks", "min_speedup", "top_k"}, {"out"})
@@ -202,8 +209,8 @@ def export_command(args: list[str]) -> int:
 
 
 def report_command(args: list[str]) -> int:
-    from evo.report import write_report
-    from evo.run_view import open_run
+    from evo.views.report import write_report
+    from evo.views.run_view import open_run
 
     try:
         picked = _run_args(args, "evo report run.dir=DIR [out=DIR]", {"out"})

@@ -10,17 +10,16 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from evaluator import EvaluatorSettings
-from evo.run_settings import RunSettings
-from evo.descriptors import Continuous, Descriptor, by_names
-from evo.errors import ConfigError, EvoError
-from evo.inspiration import Inspiration
-from evo.selection import Selection
-from evo.task import Task
+from evo.core.descriptors import Continuous, Descriptor, by_names
+from evo.core.errors import ConfigError
+from evo.core.hydra_nodes import instantiate_node
+from evo.core.inspiration import Inspiration
+from evo.core.selection import Selection
+from evo.core.task import Task
+from evo.loop.run_settings import RunSettings
 from islands.migration import MigrationSettings
 from islands.ray_backend import RaySettings
 from operators.base import Operator
@@ -50,19 +49,6 @@ class Components:
     compile_seeds: bool = True  # tasks without a seed kernel start from torch.compile's Triton (GPU)
     search_while_preparing: bool = True  # GPU, pipelined: the search starts with the first task prepared
     keep_stored_sources: bool = False  # a resume whose problem files changed searches on with the stored ones
-
-
-def instantiate_node(node, what: str):
-    """Instantiate one ``_target_`` node, turning failures into clear messages."""
-    try:
-        return instantiate(node, _convert_="all")
-    except InstantiationException as exc:
-        cause = exc.__cause__
-        while isinstance(cause, InstantiationException) and cause.__cause__ is not None:
-            cause = cause.__cause__
-        if isinstance(cause, EvoError):
-            raise cause from None
-        raise ConfigError(f"invalid {what} config: {cause or exc}") from None
 
 
 def _operators(cfg: DictConfig, llm: LLMClient | None) -> tuple[list[Operator], list[float]]:

@@ -21,8 +21,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from evo.errors import ConfigError, RunDirError
-from evo.task import Task
+from evo.core.errors import ConfigError, RunDirError
+from evo.core.hydra_nodes import current_targets
+from evo.core.run_dir import RUN_FILE
+from evo.core.task import Task
 
 SOURCE_META = "task_source."  # + task name: {"path", "sha256", "source", "stored_at"}
 # Keys that are this start's alone: never taken from, or compared with, the saved config.
@@ -81,12 +83,10 @@ def _identity(key: str) -> str | None:
 
 def saved_config(run_dir: Path) -> str | None:
     """The config the run in ``run_dir`` last ran with, or None where the directory holds no run."""
-    from evo.runner import RUN_FILE
-
     if not (run_dir / RUN_FILE).is_file() or not (run_dir / "config.yaml").is_file():
         return None
     try:
-        return (run_dir / "config.yaml").read_text(encoding="utf-8")
+        return current_targets((run_dir / "config.yaml").read_text(encoding="utf-8"))
     except OSError as exc:
         raise RunDirError(f"run.dir {run_dir} has an unreadable config.yaml: {exc}") from None
 

@@ -6,9 +6,7 @@ checked before anything is written, so a failed start leaves no run state.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -17,22 +15,26 @@ from rich.console import Console
 
 from archive import Archive, ArchiveError
 from evaluator import Evaluator, resolve_device
-from evaluator.evaluator import pipeline_depth
 from evaluator.containment import describe, probe
+from evaluator.evaluator import pipeline_depth
 from evo.config import Components
-from evo.arrivals import TaskArrivals
-from evo.controller import Controller
-from evo.errors import RunDirError, RunError, TaskError
-from evo.startup import Prepared, nothing_to_search, prepare_stream
-from evo.progress import RunEvents
-from evo.resume import Override, held_by_run, open_reader, store_sources, tasks_to_resume
-from evo.seed_store import store_seed, stored_seed
-from evo.seeding import llm_seeding
-from evo.summary import summary_rows, summary_table
+from evo.core.errors import RunError, TaskError
+from evo.core.run_dir import RUN_FILE, check_run_dir, lock_run_dir, write_atomically
+from evo.loop.arrivals import TaskArrivals
+from evo.loop.controller import Controller
+from evo.loop.seed_store import store_seed, stored_seed
+from evo.loop.seeding import llm_seeding
+from evo.loop.startup import Prepared, nothing_to_search, prepare_stream
+from evo.resume import (
+    Override,
+    held_by_run,
+    open_reader,
+    store_sources,
+    tasks_to_resume,
+)
+from evo.views.progress import RunEvents
+from evo.views.summary import summary_rows, summary_table
 from islands import Island, LocalBackend
-
-RUN_FILE = "run.json"
-LOCK_FILE = ".lock"
 
 
 def code_version() -> str:
@@ -53,55 +55,6 @@ def code_version() -> str:
     except (OSError, subprocess.TimeoutExpired):
         pass
     return text
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write a whole file or nothing: a run killed mid-write must still resume."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _lock_run_dir(run_dir: Path):
-    """An exclusive lock on the run dir: two engines must never drive one run."""
-    handle = open(run_dir / LOCK_FILE, "a")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
-        raise RunDirError(f"run.dir {run_dir} is in use by another evo run; wait for it to finish") from None
-    return handle
-
-
-def _check_run_dir(run_dir: Path, task_names: list[str]) -> bool:
-    """True when ``run_dir`` holds a run to resume; raises if it cannot be used."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirError(f"run.dir {run_dir} exists and is not a directory")
-    marker = run_dir / RUN_FILE
-    if marker.exists():
-        try:
-            previous = json.loads(marker.read_text())
-        except (OSError, ValueError) as exc:
-            raise RunDirError(f"run.dir {run_dir} has an unreadable {RUN_FILE}: {exc}") from None
-        if sorted(previous.get("tasks", [])) != sorted(task_names):
-            raise RunDirError(
-                f"run.dir {run_dir} holds a run of tasks {', '.join(previous.get('tasks', []))}, "
-                f"not {', '.join(task_names)}: choose another run.dir or the same tasks"
-            )
-        if not os.access(run_dir, os.W_OK):
-            raise RunDirError(f"run.dir {run_dir} is not writable")
-        return True
-    existing = run_dir
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise RunDirError(f"run.dir {run_dir} cannot be created: {existing} is not a writable directory")
-    if run_dir.exists() and any(not p.name.endswith(".tmp") and p.name != LOCK_FILE for p in run_dir.iterdir()):
-        raise RunDirError(f"run.dir {run_dir} is not empty and holds no evo run")
-    return False
 
 
 def make_backend(c: Components, device: str, gpus: int, resume_count: int):
@@ -134,7 +87,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
     console = console or Console()
     run_dir = Path(c.run.dir).expanduser().resolve()
     names = [t.name for t in c.tasks]
-    resuming = _check_run_dir(run_dir, names)
+    resuming = check_run_dir(run_dir, names)
     if not c.tasks:
         raise TaskError("no tasks to run")
     notes = []
@@ -184,7 +137,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
         if not prepared.tasks and not resuming:  # a failed start leaves no run state
             raise TaskError(nothing_to_search(prepared.set_aside + prepared.kept_aside))
         run_dir.mkdir(parents=True, exist_ok=True)
-        lock = _lock_run_dir(run_dir)  # held until this process exits, however it exits
+        lock = lock_run_dir(run_dir)  # held until this process exits, however it exits
         # run.json first: from then on the directory is a run that a later start resumes.
         write_atomically(run_dir / RUN_FILE, json.dumps(
             {"tasks": names, "resumes": resume_count, "device": device, "started": time.time(),

@@ -30,14 +30,14 @@ import numpy as np
 from sqlalchemy import insert
 
 from archive import Archive
-from evo.descriptors import cell_key, describe
+from evo.core.descriptors import cell_key, describe
 from archive.models import CellRow, EvaluationRow, LineageRow, ProgramRow
 from evaluator import EvalResult, Status
-from evo.controller import Controller
-from evo.loop_state import RNG_META
-from evo.run_settings import RunSettings
-from evo.kernel_source import find_tunables, normalized_hash, with_values
-from evo.task import load_tasks
+from evo.loop.controller import Controller
+from evo.loop.loop_state import RNG_META
+from evo.loop.run_settings import RunSettings
+from evo.core.kernel_source import find_tunables, normalized_hash, with_values
+from evo.core.task import load_tasks
 from islands.migration import MigrationSettings
 
 WITH_RNG_META = False

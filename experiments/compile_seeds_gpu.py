@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from evaluator import Evaluator, EvaluatorSettings
-from evo.task import load_tasks
+from evo.core.task import load_tasks
 
 
 def main() -> None:

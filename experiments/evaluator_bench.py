@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from evaluator import Evaluator, EvaluatorSettings
-from evo.program import Program
-from evo.task import load_tasks
+from evo.core.program import Program
+from evo.core.task import load_tasks
 from operators import Context, TunableConstantMutation
 
 DO_BENCH = r'''

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evaluator import Evaluator, EvaluatorSettings, Preparation  # noqa: E402
-from evo.task import load_tasks  # noqa: E402
+from evo.core.task import load_tasks  # noqa: E402
 from tests.support.integrity_cheats import (CAST_GLUE_DOES_THE_WORK, CAST_HONEST, CAST_TASK,  # noqa: E402
                                             gelu_cheats, row_sum_cheat)
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from evaluator import Evaluator, EvaluatorSettings, Preparation
-from evo.task import load_task
+from evo.core.task import load_task
 
 
 def measure(paths: list[str], settings: EvaluatorSettings) -> list[dict]:

@@ -59,9 +59,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 from archive import Archive  # noqa: E402
 from evaluator import resolve_device  # noqa: E402
 from evo.config import build  # noqa: E402
-from evo.controller import Controller  # noqa: E402
-from evo.program import Program  # noqa: E402
-from evo.progress import RunEvents  # noqa: E402
+from evo.loop.controller import Controller  # noqa: E402
+from evo.core.program import Program  # noqa: E402
+from evo.views.progress import RunEvents  # noqa: E402
 from evo.runner import code_version, make_backend  # noqa: E402
 from experiments.pipeline_figures import TimedBackend, figures, table  # noqa: E402
 from experiments.proposal_rate_bench import Server  # noqa: E402

@@ -4,7 +4,7 @@
 
 A scripted OpenAI-compatible server (replies from ``tests.support.llm_server.Variants``,
 each a new child) runs in its own process on asyncio, so that its own overhead
-stays small, and answers each request after a fixed latency.  The engine runs the real run loop (``evo.controller.Controller``),
+stays small, and answers each request after a fixed latency.  The engine runs the real run loop (``evo.loop.controller.Controller``),
 islands and LLM operators (diff and rewrite, through the client's transport:
 ``--transport``, by default ``auto``, which is plain HTTP for this endpoint) on the local
 backend, with ``TrivialEvaluator`` standing in for the evaluator, so the figures
@@ -39,11 +39,11 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from archive import Archive  # noqa: E402
-from evo.controller import Controller  # noqa: E402
-from evo.run_settings import RunSettings  # noqa: E402
-from evo.task import load_tasks  # noqa: E402
+from evo.loop.controller import Controller  # noqa: E402
+from evo.loop.run_settings import RunSettings  # noqa: E402
+from evo.core.task import load_tasks  # noqa: E402
 from islands import Island, LocalBackend, MigrationSettings  # noqa: E402
-from evo.program import Program  # noqa: E402
+from evo.core.program import Program  # noqa: E402
 from operators import Context, LLMClient, LLMDiff, LLMMutation, LLMSteering, TunableConstantMutation  # noqa: E402
 from tests.support.llm_server import TrivialEvaluator, Variants  # noqa: E402
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from evaluator import Evaluator, EvaluatorSettings
 from evaluator.evaluator import TimingSettings
-from evo.task import load_tasks
+from evo.core.task import load_tasks
 
 SETTINGS = {  # name: (what it is, the settings)
     "default": ("0.2 s warm-up, 100 reps", TimingSettings(warmup_s=0.2)),

@@ -13,7 +13,7 @@ import platform
 from pathlib import Path
 
 from evaluator import Evaluator, EvaluatorSettings, resolve_device
-from evo.task import load_tasks
+from evo.core.task import load_tasks
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from evaluator import Evaluator, EvaluatorSettings
-from evo.program import Program
+from evo.core.program import Program
 from gpu_busy import UtilisationSampler  # experiments/, beside this script
 from operators import Context, TunableConstantMutation
 

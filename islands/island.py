@@ -18,8 +18,8 @@ import threading
 
 import numpy as np
 
-from evo.descriptors import DEFAULT_DESCRIPTORS, NONE, analyse
-from evo.kernel_source import normalized_hash
+from evo.core.descriptors import DEFAULT_DESCRIPTORS, NONE, analyse
+from evo.core.kernel_source import normalized_hash
 from operators.base import Context, Operator, Proposal
 
 # Source analysis is pure Python: under the GIL, threads analysing at once gain nothing, and many

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from evo.errors import EvoError
+from evo.core.errors import EvoError
 
 TOKEN_DOCS = "docs/clusters.md"
 

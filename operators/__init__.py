@@ -10,7 +10,7 @@ Public names:
     LLMClient, Reply            -- the async LLM client (litellm or plain HTTP: operators.llm_transport)
     LLMSteering, LLMBudget, ModelEnsemble -- budgets and the model bandit the run loop keeps
 
-Operators are plain picklable classes; they see parents as ``evo.program.Program``
+Operators are plain picklable classes; they see parents as ``evo.core.program.Program``
 values and never touch the archive, the evaluator or Ray.
 """
 from operators.base import Context, Operator, Proposal

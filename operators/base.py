@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evo.program import Program
+from evo.core.program import Program
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Offline mutation of tunable constants: block sizes, num_warps, num_stages, grid shape.
 
 Needs no LLM.  It picks one or more of the parent's tunable integer literals
-(see ``evo.kernel_source``) and moves each to a neighbouring legal value:
+(see ``evo.core.kernel_source``) and moves each to a neighbouring legal value:
 powers of two are halved or doubled (sometimes by four), pipeline stages
 step by one.  Grid shape constants (``ROWS_PER_PROGRAM``, ``PROGRAMS_PER_SM``,
 ``GRID_*``, ...) are powers of two like block sizes.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evo.kernel_source import RANGES, Tunable, find_tunables, with_values
+from evo.core.kernel_source import RANGES, Tunable, find_tunables, with_values
 from operators.base import Context, Operator, Proposal
 
 

@@ -1,7 +1,7 @@
 """Offline crossover of parameter sets between elites.
 
 Needs no LLM.  The child is the parent's source with some of its tunable
-constants (block sizes, warps, stages; see ``evo.kernel_source``) set to the
+constants (block sizes, warps, stages; see ``evo.core.kernel_source``) set to the
 values another elite of the task uses for the same constants: parameter sets
 that did well in different cells or islands are recombined.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evo.kernel_source import Tunable, find_tunables, with_values
+from evo.core.kernel_source import Tunable, find_tunables, with_values
 from operators.base import Context, Operator, Proposal
 
 

@@ -12,7 +12,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from evo.program import LLM_SEED, Program
+from evo.core.program import LLM_SEED, Program
 from operators.base import Context, Operator, Proposal
 from operators.llm_client import LLMClient
 from operators.prompting import check_template, render

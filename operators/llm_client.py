@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evo.errors import LLMError
+from evo.core.errors import LLMError
 from operators.llm_transport import Completion, HTTPTransport, LitellmTransport, TransportError, choose, import_litellm
 from operators.replies import clean_text
 

@@ -33,7 +33,7 @@ _ERROR_NAMES = {400: "BadRequestError", 401: "AuthenticationError", 403: "Permis
 
 def choose(transport: str, models: list[str], api_base: str | None) -> str:
     """``litellm`` or ``http`` for ``llm.transport``; a bad value is an error."""
-    from evo.errors import LLMError
+    from evo.core.errors import LLMError
 
     if transport not in TRANSPORTS:
         raise LLMError(f"llm.transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")

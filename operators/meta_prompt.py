@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evo.errors import ConfigError
+from evo.core.errors import ConfigError
 
 DEFAULT_FRAGMENTS = Path(__file__).parent / "prompts" / "fragments.txt"
 STATE_KEY = "meta_prompt.pool"  # the archive's meta key of the pool's state (saved by the run loop)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from evo.program import Program
+from evo.core.program import Program
 from operators.base import Context
 
 PROMPTS = Path(__file__).parent / "prompts"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evo.errors import ConfigError
+from evo.core.errors import ConfigError
 from operators.meta_prompt import PromptEvolution
 
 

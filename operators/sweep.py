@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evo.kernel_source import RANGES, Tunable, find_tunables, with_values
+from evo.core.kernel_source import RANGES, Tunable, find_tunables, with_values
 from operators.base import Context, Operator, Proposal
 
 

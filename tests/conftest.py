@@ -11,7 +11,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import pytest  # noqa: E402
 
-from evo.task import load_tasks  # noqa: E402
+from evo.core.task import load_tasks  # noqa: E402
 
 
 def _has_gpu() -> bool:

@@ -159,7 +159,7 @@ def test_corrupted_file_is_refused(tmp_path):
 
 
 def test_sample_parent_uses_the_selection_strategy(archive):
-    from evo.selection import Tournament
+    from evo.core.selection import Tournament
     rng = np.random.default_rng(0)
     ids = []
     for i, block in enumerate((16, 32, 64)):
@@ -184,7 +184,7 @@ def test_locked_database_is_a_clear_error(tmp_path):
 
 
 def test_measured_descriptors_complete_the_cell_on_evaluation(db_url):
-    from evo.descriptors import by_names
+    from evo.core.descriptors import by_names
 
     archive = Archive(db_url, descriptors=by_names(["block_size", "registers"]))
     p = add(archive, src(256))

@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 
 from evo.config import build
-from evo.descriptors import Continuous
-from evo.errors import EvoError
-from evo.inspiration import Inspiration
-from evo.selection import Selection
+from evo.core.descriptors import Continuous
+from evo.core.errors import EvoError
+from evo.core.inspiration import Inspiration
+from evo.core.selection import Selection
 from tests.test_configs import cfg
 
 CONF = Path(__file__).parents[1] / "conf"

@@ -1,4 +1,4 @@
-"""Tasks joining a run while it searches (evo.arrivals): the rest of a start-up's preparation."""
+"""Tasks joining a run while it searches (evo.loop.arrivals): the rest of a start-up's preparation."""
 import json
 import threading
 import time
@@ -6,11 +6,11 @@ import time
 import pytest
 
 from archive import Archive
-from evo.arrivals import TaskArrivals
-from evo.controller import Controller
-from evo.progress import RunEvents
-from evo.run_settings import RunSettings
-from evo.startup import Prepared, SetAside, prepare_stream, prepare_tasks
+from evo.loop.arrivals import TaskArrivals
+from evo.loop.controller import Controller
+from evo.views.progress import RunEvents
+from evo.loop.run_settings import RunSettings
+from evo.loop.startup import Prepared, SetAside, prepare_stream, prepare_tasks
 from islands import Island, LocalBackend, MigrationSettings
 from islands.backend import merged
 from operators import TunableConstantMutation

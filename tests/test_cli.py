@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evo.task import SUITE_DIR
+from evo.core.task import SUITE_DIR
 
 LOCAL = ["run.backend=local", "evaluator.device=cpu", "run.progress=false"]
 QUICK = ["task=quick", *LOCAL]

@@ -167,9 +167,9 @@ def test_killing_an_island_actor_mid_run_loses_nothing(tmp_path, builtin_tasks):
 
     from archive import Archive
     from evaluator import EvaluatorSettings
-    from evo.controller import Controller
-    from evo.run_settings import RunSettings
-    from evo.progress import RunEvents
+    from evo.loop.controller import Controller
+    from evo.loop.run_settings import RunSettings
+    from evo.views.progress import RunEvents
     from islands import Island, MigrationSettings
     from islands.ray_backend import RayBackend, RaySettings
     from operators import TunableConstantMutation

@@ -8,8 +8,8 @@ import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
 from evaluator.compile_seed import NoSeed, seed_from_inductor
-from evo.kernel_source import find_tunables
-from evo.task import load_tasks
+from evo.core.kernel_source import find_tunables
+from evo.core.task import load_tasks
 from tests.support import StandInBackend
 
 DATA = Path(__file__).parent / "data" / "inductor"
@@ -151,8 +151,8 @@ class SeedingBackend(StandInBackend):
 def test_a_task_without_seed_gets_one_from_torch_compile_on_gpus():
     from rich.console import Console
 
-    from evo.startup import prepare_tasks
-    from evo.task import Task
+    from evo.loop.startup import prepare_tasks
+    from evo.core.task import Task
 
     task, quiet = Task(name="t", path="/x/t.py", source="..."), Console(quiet=True)
     seeded = Task(name="s", path="/x/s.py", source="...", seeds=("MINE",))

@@ -5,7 +5,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from evo.config import build
-from evo.errors import ConfigError, EvoError
+from evo.core.errors import ConfigError, EvoError
 
 CONF = Path(__file__).parents[1] / "conf"
 

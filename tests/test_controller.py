@@ -5,9 +5,9 @@ import pytest
 
 from archive import Archive
 from evaluator import Evaluator, EvaluatorSettings
-from evo.controller import Controller
-from evo.run_settings import RunSettings
-from evo.progress import RunEvents
+from evo.loop.controller import Controller
+from evo.loop.run_settings import RunSettings
+from evo.views.progress import RunEvents
 from islands import Island, LocalBackend, MigrationSettings
 from operators import TunableConstantMutation
 from tests.support.llm_server import TrivialEvaluator

@@ -1,8 +1,8 @@
 import ast
 
-from evo.descriptors import DESCRIPTORS, NONE, analyse, by_names, cell_key, describe, grid_size, parse_cell_key
-from evo.kernel_facts import kernel_facts
-from evo.kernel_source import normalized_hash
+from evo.core.descriptors import DESCRIPTORS, NONE, analyse, by_names, cell_key, describe, grid_size, parse_cell_key
+from evo.core.kernel_facts import kernel_facts
+from evo.core.kernel_source import normalized_hash
 
 ALL = tuple(DESCRIPTORS.values())
 
@@ -72,7 +72,7 @@ def test_cell_keys_round_trip_and_grid_size():
 
 def test_measured_descriptors_come_from_the_evaluation():
     from evaluator import EvalResult, Status
-    from evo.descriptors import complete
+    from evo.core.descriptors import complete
 
     grid = by_names(["block_size", "registers", "roofline"])
     assert describe(ROW_KERNEL, grid) == {"block_size": "256"}  # registers and roofline: after evaluation

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from evo.cli import main
-from evo.export import _buckets, _runtime_module, forward_signature, merge_kernels
+from evo.views.export import _buckets, _runtime_module, forward_signature, merge_kernels
 
 ENGINE = ("evo", "archive", "evaluator", "islands", "operators", "hydra", "ray", "sqlalchemy")
 # Runs the package's selftest with every engine package made unimportable.

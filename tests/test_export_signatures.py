@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from evo.cli import main
-from evo.export import forward_signature
+from evo.views.export import forward_signature
 from tests.test_cli import LOCAL, evo
 from tests.test_export import ENGINE, selftest
 

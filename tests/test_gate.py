@@ -327,7 +327,7 @@ def test_compile_sections_announce_each_compile_and_wait_for_the_go_ahead(monkey
 
 
 def test_preparation_streams_each_task_and_its_workers_are_gate_members_while_they_work(monkeypatch):
-    """A task prepared during a search (evo.arrivals): its outcome comes as soon as it is known, and
+    """A task prepared during a search (evo.loop.arrivals): its outcome comes as soon as it is known, and
     its workers are stopped while a candidate times like the pipeline's (then leave the gate)."""
     from evaluator import Preparation
 

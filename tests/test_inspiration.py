@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from evo.descriptors import by_names
-from evo.inspiration import Best, BestThenRandom, Diverse, Neighbours, RandomElites
-from evo.layouts import Grid
-from evo.selection import EliteCell
+from evo.core.descriptors import by_names
+from evo.core.inspiration import Best, BestThenRandom, Diverse, Neighbours, RandomElites
+from evo.core.layouts import Grid
+from evo.core.selection import EliteCell
 
 GRID = Grid(by_names(["block_size", "num_warps"]))
 PARENT = "block_size=256|num_warps=4"

@@ -1,6 +1,6 @@
 import ast
 
-from evo.kernel_source import find_tunables, normalized_hash, with_values
+from evo.core.kernel_source import find_tunables, normalized_hash, with_values
 
 SOURCE = '''
 import triton

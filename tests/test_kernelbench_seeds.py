@@ -15,7 +15,7 @@ from evaluator.compile_seed import NoSeed, replace_convolutions, seed_from_induc
 from evaluator.conv_kernel import _convolution
 from evaluator.reference_source import NotAModel, forward_signature, reference_class
 from evaluator.seed_capture import _avg_pool_by_slices
-from evo.kernel_source import find_tunables
+from evo.core.kernel_source import find_tunables
 
 DATA = Path(__file__).parent / "data" / "kernelbench_like"
 GRAPH_INPUTS = json.loads((DATA / "inductor" / "graph_inputs.json").read_text())

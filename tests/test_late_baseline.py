@@ -1,5 +1,5 @@
 """A search's results do not wait for their task's torch.compile baseline (Evaluator.evaluate's
-late_baseline): their archive rows get ``speedup_vs_compiled`` once it is measured (evo.late_baselines)."""
+late_baseline): their archive rows get ``speedup_vs_compiled`` once it is measured (evo.loop.late_baselines)."""
 import threading
 import time
 
@@ -8,7 +8,7 @@ import pytest
 from archive import Archive
 from archive.queries import ArchiveReader
 from evaluator import EvalResult, Evaluator, EvaluatorSettings, Status
-from evo.late_baselines import LateBaselines
+from evo.loop.late_baselines import LateBaselines
 from islands.backend import LocalBackend
 from tests.support import StandInBackend
 from tests.support.candidates import TASK

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from archive import Archive, ArchiveError
-from evo.descriptors import by_names, describe
-from evo.layouts import CVT, Grid, draw_centroids, nearest_centroid
+from evo.core.descriptors import by_names, describe
+from evo.core.layouts import CVT, Grid, draw_centroids, nearest_centroid
 from tests.test_archive import add, ok, src
 
 GRID = Grid(by_names(["block_size", "num_warps"]))

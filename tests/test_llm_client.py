@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from evo.errors import LLMError
+from evo.core.errors import LLMError
 from operators import LLMClient
 from tests.support.llm_server import Faults, Gate, ScriptedLLMServer, completion
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from evaluator.result import EvalResult, Status
-from evo.descriptors import by_names
-from evo.kernel_source import find_tunables, normalized_hash
-from evo.program import Program
+from evo.core.descriptors import by_names
+from evo.core.kernel_source import find_tunables, normalized_hash
+from evo.core.program import Program
 from islands import Island
 from operators import (Context, LLMBudget, LLMClient, LLMCrossover, LLMDiff, LLMMutation, LLMRepair,
                        ModelEnsemble, ParameterCrossover, TunableConstantMutation)

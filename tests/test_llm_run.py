@@ -11,9 +11,9 @@ from sqlalchemy import select
 
 from archive import Archive
 from archive.models import LLMCallRow, ProgramRow
-from evo.controller import Controller
-from evo.run_settings import RunSettings
-from evo.progress import RunEvents
+from evo.loop.controller import Controller
+from evo.loop.run_settings import RunSettings
+from evo.views.progress import RunEvents
 from islands import Island, LocalBackend, MigrationSettings
 from operators import (LLMBudget, LLMClient, LLMCrossover, LLMDiff, LLMMutation, LLMRepair, LLMSteering,
                        TunableConstantMutation)

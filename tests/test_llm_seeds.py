@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from evo.program import Program
-from evo.seeding import Seeding
-from evo.startup import prepare_tasks
-from evo.task import Task
+from evo.core.program import Program
+from evo.loop.seeding import Seeding
+from evo.loop.startup import prepare_tasks
+from evo.core.task import Task
 from islands import Island
 from operators import Context, LLMClient, LLMSeed, TunableConstantMutation
 from operators.llm import SEED_STRATEGIES
@@ -229,8 +229,8 @@ class MarkedEvaluator(StandInEvaluator):
 
 def test_attempts_are_counted_in_the_archive_and_a_resume_goes_on_from_them(tmp_path):
     from archive import Archive
-    from evo.controller import Controller
-    from evo.run_settings import RunSettings
+    from evo.loop.controller import Controller
+    from evo.loop.run_settings import RunSettings
     from islands import LocalBackend, MigrationSettings
     from operators import LLMMutation, LLMRepair, LLMSteering
 

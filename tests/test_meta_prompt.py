@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from evo.errors import ConfigError
+from evo.core.errors import ConfigError
 from operators.meta_prompt import DEFAULT_FRAGMENTS, PromptEvolution, read_fragments
 
 

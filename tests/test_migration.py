@@ -7,8 +7,8 @@ from sqlalchemy import create_engine, text
 
 from archive import Archive
 from evaluator import EvalResult, Status
-from evo.controller import Controller
-from evo.run_settings import RunSettings
+from evo.loop.controller import Controller
+from evo.loop.run_settings import RunSettings
 from islands import FullyConnected, MigrationSettings, RandomPartner, Ring, Stagnation, round_rng
 from islands.stagnation import RESEEDS_META
 from operators.base import Proposal

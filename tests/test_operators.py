@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from evo.kernel_source import RANGES, find_tunables
-from evo.program import Program
+from evo.core.kernel_source import RANGES, find_tunables
+from evo.core.program import Program
 from operators import Context, LLMClient, LLMMutation, TunableConstantMutation
 from operators.replies import extract_code
 from tests.support.llm_server import ScriptedLLMServer, completion

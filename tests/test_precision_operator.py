@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
-from evo.program import Program
+from evo.core.program import Program
 from operators import Context
 from operators.precision import DotPrecision, with_precision
 

@@ -77,7 +77,7 @@ def test_the_run_loop_races_children_against_their_parents_speedup(tmp_path, bui
 def test_the_archive_keeps_how_each_child_was_timed_and_status_says_it(racing, tmp_path):
     from archive import Archive
     from archive.queries import ArchiveReader
-    from evo.summary import racing_line
+    from evo.views.summary import racing_line
 
     url = f"sqlite:///{tmp_path / 'a.db'}"
     archive = Archive(url)

@@ -43,8 +43,8 @@ def test_report_writes_plots_and_a_self_contained_page(report):
 
 
 def test_report_of_a_cvt_run_with_shape_timings(cvt_report, timed_run):
-    from evo.report import cvt_projection
-    from evo.run_view import open_run
+    from evo.views.report import cvt_projection
+    from evo.views.run_view import open_run
     from tests.timed_run import CVT_CELLS
 
     assert {"heatmap_gelu.png", "heatmap_row_sum.png"} <= {p.name for p in cvt_report.glob("*.png")}
@@ -66,8 +66,8 @@ def test_report_of_a_cvt_run_with_shape_timings(cvt_report, timed_run):
 
 
 def test_lineage_steps_carry_the_diffs(small_run):
-    from evo.report import lineage_steps
-    from evo.run_view import open_run
+    from evo.views.report import lineage_steps
+    from evo.views.run_view import open_run
 
     with open_run(small_run) as run:
         ids = [i for i, p in run.archive.programs(range(1, 50)).items() if p["operator"] == "constants"]

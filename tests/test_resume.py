@@ -10,10 +10,10 @@ from omegaconf import OmegaConf
 
 from archive import Archive
 from archive.queries import ArchiveReader
-from evo.errors import ConfigError, RunDirError
+from evo.core.errors import ConfigError, RunDirError
 from evo.resume import held_by_run, resumed_config, store_sources, tasks_to_resume
-from evo.seed_store import store_seed, stored_seed
-from evo.task import SUITE_DIR, load_task
+from evo.loop.seed_store import store_seed, stored_seed
+from evo.core.task import SUITE_DIR, load_task
 from tests.test_cli import LOCAL, evo
 from tests.support import StandInBackend
 
@@ -148,8 +148,8 @@ class CountingBackend(StandInBackend):
 def test_a_resume_takes_the_stored_seed_or_failure_and_derives_nothing(tmp_path):
     from rich.console import Console
 
-    from evo.startup import prepare_tasks
-    from evo.task import Task
+    from evo.loop.startup import prepare_tasks
+    from evo.core.task import Task
 
     seedless, console = Task(name="gelu", path=str(SUITE_DIR / "gelu.py"), source="..."), Console(quiet=True)
 
@@ -215,3 +215,24 @@ def test_editing_a_problem_file_then_resuming(tmp_path):
     assert again.returncode != 0 and "changed since this run stored them" in again.stderr
     fresh = evo("run", f"run.dir={tmp_path / 'new'}", f"task.path={folder}", "run.budget.evaluations=1", *LOCAL)
     assert fresh.returncode == 0, fresh.stderr
+
+
+def test_a_run_made_before_the_domain_model_moved_names_its_targets_where_they_are_now(tmp_path):
+    """A run dir keeps the config it ran with: one made before evo.task moved to evo.core.task (and
+    the selection, inspiration, ...) resumes and is read by status, report and export all the same."""
+    from hydra.utils import get_class, get_method
+
+    from evo.core.hydra_nodes import current_targets
+    from evo.resume import saved_config
+
+    old = ("task:\n  _target_: evo.task.load_tasks\n  path: x\nselection:\n  _target_: evo.selection.Uniform\n"
+           "inspiration:\n  _target_: 'evo.inspiration.BestThenRandom'\nhydra_callback:\n"
+           "  _target_: evo.sweep.SweepSummary\nnote: evo.task is named here, not as a target\n")
+    (tmp_path / "config.yaml").write_text(old)
+    (tmp_path / "run.json").write_text("{}")
+    now = saved_config(tmp_path)
+    assert now == current_targets(old)
+    assert "_target_: evo.core.task.load_tasks" in now and "_target_: evo.core.selection.Uniform" in now
+    assert "_target_: 'evo.core.inspiration.BestThenRandom'" in now
+    assert "_target_: evo.sweep.SweepSummary" in now and "note: evo.task is named here" in now
+    get_method("evo.core.task.load_tasks"), get_class("evo.core.selection.Uniform")

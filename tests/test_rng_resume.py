@@ -9,9 +9,9 @@ from sqlalchemy import select
 from archive import Archive
 from archive.models import LineageRow, ProgramRow
 from evaluator import EvalResult, Status
-from evo.controller import Controller
-from evo.loop_state import RNG_META
-from evo.run_settings import RunSettings
+from evo.loop.controller import Controller
+from evo.loop.loop_state import RNG_META
+from evo.loop.run_settings import RunSettings
 from islands import MigrationSettings
 from operators.base import Proposal
 from tests.support import StandInBackend

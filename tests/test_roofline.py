@@ -8,7 +8,7 @@ from archive.queries import ArchiveReader
 from evaluator import Evaluator, EvaluatorSettings, Status
 from evaluator.result import EvalResult
 from evaluator.roofline import Peaks, Work, floors, fraction, work_of
-from evo.summary import status_table
+from evo.views.summary import status_table
 from tests.test_precision_operator import KERNEL, TASK
 
 PEAKS = Peaks(bytes_per_s=1e12, flops_per_s=4e12, source="configured", tf32_flops_per_s=1e12)

@@ -1,12 +1,12 @@
-"""The evaluation queue (evo.scheduler): order, idle workers, lost evaluations, sources under way; and
-the run loop's GIL switch interval (evo.pacing)."""
+"""The evaluation queue (evo.loop.scheduler): order, idle workers, lost evaluations, sources under way; and
+the run loop's GIL switch interval (evo.loop.pacing)."""
 from concurrent.futures import Future
 
 import pytest
 
-from evo.pacing import Pacing
-from evo.program import Program
-from evo.scheduler import MAX_LOST_EVALUATIONS, EvaluationQueue
+from evo.loop.pacing import Pacing
+from evo.core.program import Program
+from evo.loop.scheduler import MAX_LOST_EVALUATIONS, EvaluationQueue
 
 
 def program(pid: int, task: str = "gelu") -> Program:
@@ -68,7 +68,7 @@ def test_a_source_is_under_way_until_its_result_is_recorded():
 def test_the_switch_interval_is_lowered_inside_the_block_and_restored_after_it():
     import sys
 
-    from evo.pacing import switch_interval
+    from evo.loop.pacing import switch_interval
 
     before = sys.getswitchinterval()
     with switch_interval(before / 10):

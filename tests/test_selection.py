@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from evo.descriptors import by_names
-from evo.layouts import Grid
-from evo.selection import Curiosity, EliteCell, FitnessProportional, Tournament, Uniform, empty_neighbours
+from evo.core.descriptors import by_names
+from evo.core.layouts import Grid
+from evo.core.selection import Curiosity, EliteCell, FitnessProportional, Tournament, Uniform, empty_neighbours
 
 GRID = Grid(by_names(["block_size", "num_warps"]))
 

@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from evo.fast_p import fast_p_rows
-from evo.task import SUITE_DIR
+from evo.views.fast_p import fast_p_rows
+from evo.core.task import SUITE_DIR
 from tests.test_cli import LOCAL, evo
 
 BROKEN = '''

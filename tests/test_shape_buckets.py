@@ -1,7 +1,7 @@
 """Shape buckets from shape timings: one per input size, each program's speedup there, the best per bucket."""
 import pytest
 
-from evo.shape_buckets import Bucket, best_per_bucket, buckets_of, speedups_by_program
+from evo.core.shape_buckets import Bucket, best_per_bucket, buckets_of, speedups_by_program
 
 
 def _timing(program, shape, numel, speedup, noise=0.01):

@@ -92,7 +92,7 @@ def test_status_shows_the_meta_prompt_pool_of_a_run_that_evolved_one(small_run, 
 
 def test_the_phase_line_counts_overlapping_evaluations_once_in_wall_time():
     from archive.queries import _union
-    from evo.summary import phase_line
+    from evo.views.summary import phase_line
 
     assert _union([(0, 4), (2, 6), (10, 11), (10.5, 10.7)]) == pytest.approx(7.0)
     assert _union([]) == 0.0
@@ -105,7 +105,7 @@ def test_the_phase_line_counts_overlapping_evaluations_once_in_wall_time():
 
 
 def test_the_phase_line_says_how_long_pipelined_evaluations_waited():
-    from evo.summary import phase_line
+    from evo.views.summary import phase_line
 
     totals = {"evaluations": 2, "under_way_s": 6.0, "seconds": {
         "total_s": 10.0, "host_s": 1.0, "load_s": 1.0, "checks_s": 4.0, "timing_s": 4.0, "timed_calls_s": 2.0,

@@ -4,11 +4,11 @@ import pytest
 
 from archive import Archive
 from evaluator import Evaluator, EvaluatorSettings
-from evo.controller import Controller
-from evo.kernel_source import find_tunables
-from evo.program import Program
-from evo.progress import RunEvents
-from evo.run_settings import RunSettings
+from evo.loop.controller import Controller
+from evo.core.kernel_source import find_tunables
+from evo.core.program import Program
+from evo.views.progress import RunEvents
+from evo.loop.run_settings import RunSettings
 from islands import Island, LocalBackend, MigrationSettings
 from operators import Context, TunableConstantMutation
 from operators.sweep import TuningSweep, neighbours
@@ -73,7 +73,7 @@ def test_a_new_elite_is_swept_and_its_sweep_children_start_no_sweep(tmp_path, bu
 
 
 def test_only_a_tasks_fastest_elite_is_swept_and_a_sweep_child_only_raises_the_bar():
-    from evo.feedback import Feedback
+    from evo.loop.feedback import Feedback
 
     feedback = Feedback(None, np.random.default_rng(0), lambda *a, **k: None, 5, sweep_children=2)
 

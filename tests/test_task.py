@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from evo.errors import TaskError
-from evo.task import builtin_suites, load_task, load_tasks
+from evo.core.errors import TaskError
+from evo.core.task import builtin_suites, load_task, load_tasks
 
 EXPECTED = {"softmax", "layernorm", "rmsnorm", "gelu", "bias_gelu", "row_sum", "cross_entropy", "matmul_fp16"}
 

@@ -15,8 +15,8 @@ from omegaconf import OmegaConf
 
 from archive import Archive
 from evaluator.result import EvalResult, Status
-from evo.descriptors import by_names
-from evo.task import load_tasks
+from evo.core.descriptors import by_names
+from evo.core.task import load_tasks
 
 CVT_CELLS = 16
 DEVICE = "cpu (Triton interpreter)"

@@ -214,7 +214,7 @@ class TrivialEvaluator(StandInEvaluator):
 
     def score(self, task_name: str, task_source: str, source: str):
         from evaluator.result import EvalResult, Status
-        from evo.kernel_source import normalized_hash
+        from evo.core.kernel_source import normalized_hash
 
         variants = [int(n) for n in re.findall(r"^VARIANT_(\d+) =", source, re.MULTILINE)]
         if self.failing and len(variants) == 1 and variants[0] % 2:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+
 class _ReferenceDefault:
     """A parameter's default that is not a literal: the reference's ``Model.forward`` supplies it."""
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from rich.console import Console
 
 from evaluator import Preparation
-from evo.seed_store import StoredSeed
-from evo.task import Task
+from evo.core.task import Task
+from evo.loop.seed_store import StoredSeed
 
 if TYPE_CHECKING:
     from islands.backend import Backend
@@ -68,7 +68,7 @@ def prepare_tasks(tasks: list[Task], backend: Backend, *, on_gpu: bool, compile_
     """Check every task's reference and derive the seeds that are missing, many at once (the
     backend's ``prepare``); ``earlier``: the run's set-aside records by task, ``has_programs``:
     the tasks the run's archive already holds programs of (their seeds are in it); ``stored``: what
-    an earlier start of the run derived for a task's current source (evo/seed_store.py), taken
+    an earlier start of the run derived for a task's current source (evo/loop/seed_store.py), taken
     instead of deriving again."""
     prepared = Prepared(tasks=[], set_aside=[], kept_aside=[])
     for piece in prepare_stream(tasks, backend, on_gpu=on_gpu, compile_seeds=compile_seeds, llm=llm,

@@ -1,6 +1,6 @@
 """Behaviour descriptors: which MAP-Elites cell a kernel belongs to.
 
-Each descriptor maps a kernel's :class:`~evo.kernel_facts.KernelFacts` to one
+Each descriptor maps a kernel's :class:`~evo.core.kernel_facts.KernelFacts` to one
 of a fixed set of bins.  Two families:
 
 - launch parameters a kernel engineer tunes first (``block_size``,
@@ -22,7 +22,7 @@ archive completes a program's cell (:func:`complete`) when it records the
 evaluation; without the fact (a failed candidate, the CPU interpreter) they
 are ``none``.
 
-A CVT archive (``archive.cvt_cells``, :mod:`evo.layouts`) needs continuous
+A CVT archive (``archive.cvt_cells``, :mod:`evo.core.layouts`) needs continuous
 values: :func:`by_names` with ``continuous=True`` gives :class:`Continuous`
 variants of the numeric descriptors, whose labels are positions in [0, 1]
 (log2 of block size and warps; registers over 255; the roofline fraction).
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from evaluator.result import EvalResult
-from evo.errors import ConfigError
-from evo.kernel_facts import KernelFacts, kernel_facts
-from evo.kernel_source import normalized_hash, parse
+from evo.core.errors import ConfigError
+from evo.core.kernel_facts import KernelFacts, kernel_facts
+from evo.core.kernel_source import normalized_hash, parse
 
 NONE = "none"
 

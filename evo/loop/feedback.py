@@ -10,7 +10,7 @@ import numpy as np
 
 from archive import Insert
 from evaluator import EvalResult
-from evo.program import Program
+from evo.core.program import Program
 from operators.llm import LLMRepair
 from operators.steering import LLMSteering
 from operators.sweep import TuningSweep

@@ -4,7 +4,7 @@ On a GPU a run starts searching as soon as its first task is ready (its
 reference checked, its seed derived) instead of after every task's
 preparation: deriving seeds from torch.compile takes tens of seconds a task,
 minutes for a folder of problems.  The rest of the preparation (an iterator of
-``evo.startup.Prepared``, one per task) is read here in a thread of its own;
+``evo.loop.startup.Prepared``, one per task) is read here in a thread of its own;
 the run loop waits on :meth:`TaskArrivals.waiting` beside its other futures and
 takes what came with :meth:`TaskArrivals.take`, on its own thread, so that the
 archive keeps one writer.
@@ -17,7 +17,7 @@ from collections import Counter
 from concurrent.futures import Future
 from typing import Iterator
 
-from evo.startup import Prepared
+from evo.loop.startup import Prepared
 
 
 class TaskArrivals:

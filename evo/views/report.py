@@ -23,13 +23,19 @@ import jinja2
 import numpy as np
 from matplotlib.figure import Figure
 
-from evo.descriptors import parse_cell_key
-from evo.fast_p import P_VALUES, TOLERANCE_NOTES, fast_p_rows, task_bests, tolerance_of
-from evo.layouts import CVT
-from evo.run_view import RunView
-from evo.shape_buckets import best_per_bucket, speedups_by_program
+from evo.core.descriptors import parse_cell_key
+from evo.core.layouts import CVT
+from evo.core.shape_buckets import best_per_bucket, speedups_by_program
+from evo.views.fast_p import (
+    P_VALUES,
+    TOLERANCE_NOTES,
+    fast_p_rows,
+    task_bests,
+    tolerance_of,
+)
+from evo.views.run_view import RunView
 
-TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATES = Path(__file__).parents[1] / "templates"
 MAX_DIFF_LINES = 400  # per step of a lineage
 
 

@@ -8,7 +8,7 @@ With LLM operators, an :class:`operators.steering.LLMSteering` picks each
 proposal's model and holds the budgets (proposing stops cleanly when they
 are spent), learns from which children improved, and schedules the repair
 of failed children (at most one attempt each, with a set probability).  A task
-without a correct program is asked seed proposals (no parent) while ``evo.seeding``
+without a correct program is asked seed proposals (no parent) while ``evo.loop.seeding``
 allows, and set aside when none can come.
 """
 from __future__ import annotations
@@ -22,20 +22,20 @@ import numpy as np
 
 from archive import Archive, Insert
 from evaluator import EvalResult, Status
-from evo.arrivals import TaskArrivals
-from evo.feedback import Feedback
-from evo.inspiration import BestThenRandom, Inspiration
-from evo.kernel_source import normalized_hash
-from evo.late_baselines import LateBaselines
-from evo.loop_state import LoopState
-from evo.pacing import Pacing, switch_interval
-from evo.program import SEED, SEED_OPERATORS, Program
-from evo.run_settings import RunSettings
-from evo.scheduler import MAX_LOST_EVALUATIONS, EvaluationQueue
-from evo.seeding import Seeding
-from evo.selection import Selection, Uniform
-from evo.startup import Prepared
-from evo.task import Task
+from evo.core.inspiration import BestThenRandom, Inspiration
+from evo.core.kernel_source import normalized_hash
+from evo.core.program import SEED, SEED_OPERATORS, Program
+from evo.core.selection import Selection, Uniform
+from evo.core.task import Task
+from evo.loop.arrivals import TaskArrivals
+from evo.loop.feedback import Feedback
+from evo.loop.late_baselines import LateBaselines
+from evo.loop.loop_state import LoopState
+from evo.loop.pacing import Pacing, switch_interval
+from evo.loop.run_settings import RunSettings
+from evo.loop.scheduler import MAX_LOST_EVALUATIONS, EvaluationQueue
+from evo.loop.seeding import Seeding
+from evo.loop.startup import Prepared
 from islands.backend import Backend
 from islands.migration import MigrationSettings, migration_round
 from islands.stagnation import Stagnation
@@ -66,7 +66,7 @@ class Controller:
                  selection: Selection | None = None, inspiration: Inspiration | None = None,
                  steering: LLMSteering | None = None, seeding: Seeding | None = None,
                  arrivals: TaskArrivals | None = None, on_arrival: Callable[[Prepared], None] | None = None):
-        """``arrivals``: tasks still being prepared when the search starts (evo.arrivals); each piece
+        """``arrivals``: tasks still being prepared when the search starts (evo.loop.arrivals); each piece
         goes to ``on_arrival`` (its seed stored, or why it is set aside) before its task joins."""
         self.settings = settings
         self.arrivals, self.on_arrival = arrivals, on_arrival
@@ -127,7 +127,7 @@ class Controller:
         self._check_unseeded(task.name, "evaluated by an earlier start of this run")
 
     def _admit_arrivals(self) -> None:
-        """Tasks whose preparation ended since the last look join the search (evo.arrivals)."""
+        """Tasks whose preparation ended since the last look join the search (evo.loop.arrivals)."""
         for piece in self.arrivals.take() if self.arrivals is not None else []:
             if self.on_arrival is not None:
                 self.on_arrival(piece)
@@ -273,7 +273,7 @@ class Controller:
         return Counter(out.task for out in self._proposals.values() if out.task not in self._ready)
 
     def _seed_task(self) -> str | None:
-        """The task the next seed proposal is for (evo.seeding), if any: not one whose seed kernels
+        """The task the next seed proposal is for (evo.loop.seeding), if any: not one whose seed kernels
         are still to be evaluated."""
         if self.seeding is None or len(self._ready) == len(self.tasks):
             return None

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from evo.errors import EvoError
-from evo.run_view import RunView
+from evo.core.errors import EvoError
+from evo.views.run_view import RunView
 
 P_VALUES = (0.0, 1.0, 1.5, 2.0)
 TOLERANCE_NOTES = {

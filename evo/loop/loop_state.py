@@ -9,8 +9,10 @@ import json
 
 import numpy as np
 
-from evo.seeding import ATTEMPTS_META, Seeding
-from operators.meta_prompt import STATE_KEY as PROMPTS_STATE  # the fragments and their scores
+from evo.loop.seeding import ATTEMPTS_META, Seeding
+from operators.meta_prompt import (
+    STATE_KEY as PROMPTS_STATE,  # the fragments and their scores
+)
 
 RNG_META = "rng.controller"  # the run loop's RNG state, saved with every program and evaluation it led to
 SEQUENCE_META = "rng.proposals"  # proposals started so far: each island seeds a proposal's RNG with its number

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from evo.kernel_source import Tunable, find_tunables, parse
+from evo.core.kernel_source import Tunable, find_tunables, parse
 
 _BLOCK_POINTERS = {"make_block_ptr", "make_tensor_descriptor", "_experimental_make_tensor_descriptor",
                    "advance"}

@@ -25,7 +25,7 @@ class Program:
     inspiration_ids: tuple[int, ...] = ()
     result: EvalResult | None = None
     descriptors: dict[str, str] = field(default_factory=dict)
-    source_hash: str = ""  # normalised (see evo.kernel_source.normalized_hash)
+    source_hash: str = ""  # normalised (see evo.core.kernel_source.normalized_hash)
 
     @property
     def fitness(self) -> float | None:

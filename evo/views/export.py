@@ -12,7 +12,7 @@ The package (``out=PATH``; its name is the last path component)::
 
 Shape buckets: where the run timed every shape set of a task
 (``evaluator.time_shapes=all``), each timed shape set is a bucket
-(:mod:`evo.shape_buckets`) and gets the ``top_k`` kernels fastest on it; a
+(:mod:`evo.core.shape_buckets`) and gets the ``top_k`` kernels fastest on it; a
 kernel serving several buckets is written once.  Otherwise the task has one
 bucket, ``all``, whose speedup was timed on the largest shape set, so it
 competes with the largest shape set's bucket: both serve ``max_numel=None``.
@@ -39,14 +39,14 @@ from pathlib import Path
 
 import jinja2
 
-from evo.errors import ConfigError, EvoError
-from evo.run_view import RunView
-from evo.shape_buckets import best_per_bucket, speedups_by_program
-from evo.task import Task
+from evo.core.errors import ConfigError, EvoError
+from evo.core.shape_buckets import best_per_bucket, speedups_by_program
+from evo.core.task import Task
+from evo.views.run_view import RunView
 
 # Format 2: a kernel lists its speedup per bucket (``shapes``); format 1 had one ``bucket`` per kernel.
 FORMAT, FORMAT_VERSION = "evo-kernel-library", 2
-TEMPLATES = Path(__file__).parent / "templates" / "export"
+TEMPLATES = Path(__file__).parents[1] / "templates" / "export"
 STATIC_FILES = ("_runtime.py", "selftest.py")
 RESERVED = {"_runtime", "selftest", "kernels", "manifest"}
 ALL_SHAPES = "all"  # the one bucket of a task whose shape sets were not timed separately

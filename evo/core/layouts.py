@@ -6,14 +6,15 @@
 
 Both tell selection strategies which cells are adjacent (``neighbours``) and
 how far apart two cells are (``distance``).  Cell keys are ``name=value|...``
-strings (:func:`~evo.descriptors.cell_key`); a CVT cell's key is ``cvt=<index>``.
+strings (:func:`~evo.core.descriptors.cell_key`); a CVT cell's key is ``cvt=<index>``.
 """
 from __future__ import annotations
 
 import abc
+
 import numpy as np
 
-from evo.descriptors import NONE, cell_key, grid_size, parse_cell_key
+from evo.core.descriptors import NONE, cell_key, grid_size, parse_cell_key
 
 CVT_KEY = "cvt"
 

@@ -1,8 +1,8 @@
 """Inspiration strategies: which other elites an operator is shown beside its parent.
 
-Like parent selection (:mod:`evo.selection`), each strategy is a small class
+Like parent selection (:mod:`evo.core.selection`), each strategy is a small class
 with one method, ``pick(elites, parent, k, rng, layout)``, over
-:class:`~evo.selection.EliteCell` records; chosen in config
+:class:`~evo.core.selection.EliteCell` records; chosen in config
 (``inspiration=...``, one YAML per strategy under ``conf/inspiration/``).
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ import abc
 
 import numpy as np
 
-from evo.layouts import Layout
-from evo.selection import EliteCell
+from evo.core.layouts import Layout
+from evo.core.selection import EliteCell
 
 
 class Inspiration(abc.ABC):

@@ -12,8 +12,8 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Callable
 
-from evo.pacing import Pacing
-from evo.program import Program
+from evo.core.program import Program
+from evo.loop.pacing import Pacing
 
 MAX_LOST_EVALUATIONS = 2  # a program whose evaluator dies more often than this is charged with a crash
 

@@ -23,9 +23,9 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evo.errors import TaskError
+from evo.core.errors import TaskError
 
-SUITE_DIR = Path(__file__).parent / "suite"
+SUITE_DIR = Path(__file__).parents[1] / "suite"
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 
 

@@ -3,9 +3,9 @@
 Each strategy is a small class with one method, ``pick(elites, rng, layout,
 occupied)``, over plain :class:`EliteCell` records (the archive builds them);
 chosen in config (``selection=...``, one YAML per strategy under
-``conf/selection/``).  ``layout`` (:mod:`evo.layouts`) says which cells are
+``conf/selection/``).  ``layout`` (:mod:`evo.core.layouts`) says which cells are
 adjacent.  The elites shown to an operator beside its parent are chosen the
-same way by :mod:`evo.inspiration`.
+same way by :mod:`evo.core.inspiration`.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from functools import cached_property
 
 import numpy as np
 
-from evo.descriptors import parse_cell_key
-from evo.layouts import Layout
+from evo.core.descriptors import parse_cell_key
+from evo.core.layouts import Layout
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ def fragment_table(rows: list[dict], shown: int = 5) -> Table:
 
 def fast_p_table(rows: list[dict], tolerance: str) -> Table:
     """Per group of tasks (a folder of problem files): KernelBench's fast_p and geometric-mean speedups."""
-    from evo.fast_p import P_VALUES, TOLERANCE_NOTES
+    from evo.views.fast_p import P_VALUES, TOLERANCE_NOTES
 
     def mean(value, n):
         return f"{_x(value)} ({n})" if value is not None else "-"

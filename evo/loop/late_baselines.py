@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from evaluator import EvalResult
-from evo.program import Program
+from evo.core.program import Program
 
 if TYPE_CHECKING:
     from islands.backend import Backend

@@ -16,7 +16,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from evo.task import Task
+from evo.core.task import Task
 
 SEED_META = "seed."
 

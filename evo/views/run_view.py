@@ -12,10 +12,11 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from archive.queries import ArchiveReader
-from evo.descriptors import Descriptor, by_names, grid_size
-from evo.errors import EvoError, RunDirError
-from evo.runner import RUN_FILE
-from evo.task import Task
+from evo.core.descriptors import Descriptor, by_names, grid_size
+from evo.core.errors import EvoError, RunDirError
+from evo.core.hydra_nodes import current_targets, instantiate_node
+from evo.core.run_dir import RUN_FILE
+from evo.core.task import Task
 
 
 @dataclass
@@ -58,8 +59,6 @@ class RunView:
 
     def load_tasks(self) -> list[Task]:
         """The run's tasks, read again from the problem files its config names."""
-        from evo.config import instantiate_node
-
         tasks = instantiate_node(self.config.task, "task")
         by_name = {t.name: t for t in tasks}
         missing = [n for n in self.tasks if n not in by_name]
@@ -79,7 +78,7 @@ def open_run(run_dir: str | Path) -> RunView:
         raise RunDirError(f"{run_dir} holds no evo run (no {RUN_FILE})")
     try:
         info = json.loads(marker.read_text())
-        config = OmegaConf.load(run_dir / "config.yaml")
+        config = OmegaConf.create(current_targets((run_dir / "config.yaml").read_text(encoding="utf-8")))
         cvt_cells = int(config.archive.get("cvt_cells") or 0)
         descriptors = by_names(config.archive.descriptors, continuous=cvt_cells > 0)
         url = config.archive.get("url")
