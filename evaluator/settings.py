@@ -37,7 +37,7 @@ class EvaluatorSettings:
     timeout_s: float = 120.0
     cpu_max_numel: int = 1 << 16  # on the CPU, larger shape sets are skipped
     timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup_s=0.2))
-    cpu_timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup=1, reps=3, budget_s=1.0))
+    cpu_timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup=1, reps=3, budget_s=1.0, batch=1))
     workers: int | None = None  # None: one per GPU, or one on the CPU
     cache_dir: str | None = None  # Triton's compile cache for every worker; None: see share_compile_cache
     # With cache_dir None, the pipeline's workers on one device share one Triton compile cache: a kernel a
