@@ -9,12 +9,14 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from evaluator import EvaluatorSettings
+from evaluator.choices import check_choices
 from evo.run_settings import RunSettings
 from evo.descriptors import Continuous, Descriptor, by_names
 from evo.errors import ConfigError, EvoError
@@ -40,7 +42,7 @@ class Components:
     llm: LLMClient | None
     steering: LLMSteering | None
     ray: RaySettings
-    backend: str
+    backend: Literal["ray", "local"]  # run.backend; local: threads in this process, for debugging
     archive_url: str
     descriptors: tuple[Descriptor | Continuous, ...]  # Continuous ones for a CVT archive
     selection: Selection
@@ -50,6 +52,9 @@ class Components:
     compile_seeds: bool  # tasks without a seed kernel start from torch.compile's Triton (GPU)
     search_while_preparing: bool  # GPU, pipelined: the search starts with the first task prepared
     keep_stored_sources: bool  # a resume whose problem files changed searches on with the stored ones
+
+    def __post_init__(self):
+        check_choices(self, "run", ConfigError)  # its choices are run keys: run.backend
 
 
 def instantiate_node(node, what: str):
@@ -118,8 +123,6 @@ def _steering(cfg: DictConfig, llm: LLMClient | None, operators: list[Operator],
 
 def build(cfg: DictConfig) -> Components:
     run_dir = str(cfg.run.dir)
-    if cfg.run.backend not in ("ray", "local"):
-        raise ConfigError(f"run.backend must be ray or local, not {cfg.run.backend!r}")
     if int(cfg.islands.count) < 1:
         raise ConfigError("islands.count must be at least 1")
     # Every key is in cfg: conf/ gives it, and a resumed run's saved config lacks none (evo.resume).
@@ -134,6 +137,7 @@ def build(cfg: DictConfig) -> Components:
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    evaluator = instantiate_node(cfg.evaluator, "evaluator")  # before the operators that take its tolerance
     client = OmegaConf.masked_copy(cfg.llm, [k for k in cfg.llm if k not in ("budget", "meta_prompt")])
     llm = instantiate_node(client, "llm") if cfg.llm.model else None
     operators, weights = _operators(cfg, llm)
@@ -143,7 +147,7 @@ def build(cfg: DictConfig) -> Components:
     if cvt_cells < 0:
         raise ConfigError("archive.cvt_cells must be >= 0 (0: a grid)")
     return Components(
-        tasks=instantiate_node(cfg.task, "task"), run=run, evaluator=instantiate_node(cfg.evaluator, "evaluator"),
+        tasks=instantiate_node(cfg.task, "task"), run=run, evaluator=evaluator,
         island_count=int(cfg.islands.count), migration=instantiate_node(cfg.islands.migration, "islands.migration"),
         operators=operators, weights=weights, llm=llm, steering=_steering(cfg, llm, operators, weights),
         ray=instantiate_node(cfg.ray, "ray"), backend=str(cfg.run.backend), archive_url=url,
