@@ -1,6 +1,7 @@
 """How candidates are checked and timed (``conf/evaluator/*.yaml``), and how many at once per device."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -125,16 +126,18 @@ class EvaluatorSettings:
         if not 0 < self.gpu_memory_fraction <= 1 or self.memory_limit_mb <= 0:
             raise ValueError("evaluator.gpu_memory_fraction must be in (0, 1] and memory_limit_mb positive")
 
+    def on(self, device: str) -> EvaluatorSettings:
+        """These settings for evaluations on ``device`` (cpu or cuda), with ``pipeline`` a number: null is 3
+        on a GPU, 1 on the CPU (where the interpreter's evaluations share two cores with the engine).  The
+        run's start-up decides it once, where it resolves the device, and passes it down; settings made by
+        hand (tests, experiments) are decided by the Evaluator given them, the same way."""
+        if self.pipeline is not None:
+            return self
+        return dataclasses.replace(self, pipeline=3 if device == "cuda" else 1)
 
-def pipeline_depth(settings: EvaluatorSettings, device: str) -> int:
-    """Evaluations in flight per device (``evaluator.pipeline``; null: 3 on a GPU, 1 on the CPU,
-    where the interpreter's evaluations share two cores with the engine)."""
-    return settings.pipeline or (3 if device == "cuda" else 1)
 
-
-def evaluation_slots(settings: EvaluatorSettings, device: str) -> int:
-    """Evaluations to keep asked of one device: its pipeline and, with one, one more waiting for a
-    worker, so that a worker set free starts the next at once and an evaluation waiting for its task's
-    torch.compile baseline (measured by another) holds no worker."""
-    depth = pipeline_depth(settings, device)
+def evaluation_slots(depth: int) -> int:
+    """Evaluations to keep asked of one device with a pipeline of ``depth``: those and, with more than
+    one, one more waiting for a worker, so that a worker set free starts the next at once and an
+    evaluation waiting for its task's torch.compile baseline (measured by another) holds no worker."""
     return depth + 1 if depth > 1 else 1
