@@ -27,8 +27,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+from typing import Literal
 
-MODES = ("auto", "landlock", "off")  # auto: namespaces, else Landlock; landlock: Landlock only; off: neither
+Mode = Literal["auto", "landlock", "off"]  # auto: namespaces, else Landlock; landlock: Landlock only; off: neither
 
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
@@ -233,7 +234,7 @@ def _landlock(writable: list[str]) -> int:
     return abi
 
 
-def enter(writable: list[str], *, network: bool = True, mode: str = "auto", namespaces_off: str = "",
+def enter(writable: list[str], *, network: bool = True, mode: Mode = "auto", namespaces_off: str = "",
           landlock_off: str = "") -> dict:
     """Contain the calling process (a single-threaded forked child); returns what is on, as
     :func:`describe` reads it.  With namespaces the caller continues in a new process, below the
@@ -321,7 +322,7 @@ def cuda_failure() -> str | None:
     return None if code == 0 else f"cuInit returned CUDA error {code}"
 
 
-def _trial(writable: list[str], network: bool, mode: str, namespaces_off: str, landlock_off: str = "",
+def _trial(writable: list[str], network: bool, mode: Mode, namespaces_off: str, landlock_off: str = "",
            cuda: bool = False) -> dict:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -343,7 +344,7 @@ def _trial(writable: list[str], network: bool, mode: str, namespaces_off: str, l
     return json.loads(data or b'{"error": "the trial process died"}')
 
 
-def settle(writable: list[str], *, network: bool = True, mode: str = "auto", cuda: bool = False) -> dict:
+def settle(writable: list[str], *, network: bool = True, mode: Mode = "auto", cuda: bool = False) -> dict:
     """What :func:`enter` achieves here, tried in a throwaway child of the calling process.  Where
     entering namespaces fails outright (a user namespace whose uid map is refused, as some AppArmor
     policies do), it is tried again without them: then ``namespaces_off`` says why, for
@@ -364,7 +365,7 @@ def settle(writable: list[str], *, network: bool = True, mode: str = "auto", cud
     return dict(state, level=level(state)) if "error" not in state else state
 
 
-def probe(*, network: bool = True, mode: str = "auto", cuda: bool = False, timeout_s: float = 30.0) -> dict:
+def probe(*, network: bool = True, mode: Mode = "auto", cuda: bool = False, timeout_s: float = 30.0) -> dict:
     """:func:`settle` in a throwaway process: what candidates get on this machine."""
     try:
         code = f"from evaluator.containment import _probe_main; _probe_main({network!r}, {mode!r}, {cuda!r})"

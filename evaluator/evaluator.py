@@ -19,13 +19,13 @@ from evaluator.reply import apply_baseline, out_of_memory, result_of
 from evaluator.result import EvalResult
 from evaluator.sandbox import SandboxWorker
 # The settings live in evaluator.settings; named here too, where configs and callers find them.
-from evaluator.settings import TOLERANCES, EvaluatorSettings, TimingSettings, evaluation_slots, pipeline_depth
+from evaluator.settings import TOLERANCES, EvaluatorSettings, TimingSettings, evaluation_slots
 
-__all__ = ["TOLERANCES", "Evaluator", "EvaluatorSettings", "TimingSettings", "evaluation_slots", "pipeline_depth"]
+__all__ = ["TOLERANCES", "Evaluator", "EvaluatorSettings", "TimingSettings", "evaluation_slots"]
 
 
 class Evaluator:
-    """Evaluates candidates in sandbox worker processes on one device: ``pipeline_depth`` of them at
+    """Evaluates candidates in sandbox worker processes on one device: ``settings.pipeline`` of them at
     once, each timed alone (:meth:`evaluate` may be called from ``slots`` threads: the others wait
     for a worker)."""
 
@@ -33,10 +33,10 @@ class Evaluator:
                  scratch_root: str | None = None):
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be resolved to cpu or cuda, not {device!r}")
-        self.settings = settings
+        self.settings = settings = settings.on(device)  # as the run's start-up passed them (pipeline decided)
         self.device = device
-        self.depth = pipeline_depth(settings, device)
-        self.slots = evaluation_slots(settings, device)  # callers of evaluate at once (islands.backend)
+        self.depth = settings.pipeline
+        self.slots = evaluation_slots(self.depth)  # callers of evaluate at once (islands.backend)
         self._cuda_index, self._scratch_root = cuda_index, scratch_root
         self.gate = TimingGate() if self.depth > 1 else None
         shared = settings.cache_dir is None and settings.share_compile_cache and self.depth > 1

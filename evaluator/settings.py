@@ -1,9 +1,12 @@
 """How candidates are checked and timed (``conf/evaluator/*.yaml``), and how many at once per device."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Literal
 
-from evaluator.containment import MODES
+from evaluator.choices import Tolerance, check_choices
+from evaluator.containment import Mode
 
 
 @dataclass(frozen=True)
@@ -25,19 +28,19 @@ class TimingSettings:
 # Tolerances where a task sets no ATOL/RTOL: ``strict`` keeps evaluator.compare's per-dtype defaults
 # (fp32 1e-4, as KernelBench's current harness); ``kernelbench`` is atol = rtol = 1e-2 for every dtype,
 # as in the KernelBench paper's published fast_p figures (versions 0 and 0.1).
-TOLERANCES = {"strict": None, "kernelbench": 1e-2}
+TOLERANCES: dict[Tolerance, float | None] = {"strict": None, "kernelbench": 1e-2}
 
 
 @dataclass(frozen=True)
 class EvaluatorSettings:
     """How candidates are checked and timed (``conf/evaluator/*.yaml``)."""
 
-    device: str = "auto"  # auto | cpu | cuda
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     seeds: tuple[int, ...] = (0, 1)
     timeout_s: float = 120.0
     cpu_max_numel: int = 1 << 16  # on the CPU, larger shape sets are skipped
     timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup_s=0.2))
-    cpu_timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup=1, reps=3, budget_s=1.0))
+    cpu_timing: TimingSettings = field(default_factory=lambda: TimingSettings(warmup=1, reps=3, budget_s=1.0, batch=1))
     workers: int | None = None  # None: one per GPU, or one on the CPU
     cache_dir: str | None = None  # Triton's compile cache for every worker; None: see share_compile_cache
     # With cache_dir None, the pipeline's workers on one device share one Triton compile cache: a kernel a
@@ -49,8 +52,9 @@ class EvaluatorSettings:
     roofline_peaks: dict | None = None  # {bytes_per_s, flops_per_s[, tf32_flops_per_s]}; None: measured on each GPU
     compile_baseline: bool | None = None  # time torch.compile of the reference; None: on GPUs only
     compile_backend: str = "inductor"
-    compile_mode: str | None = None
-    compile_timing: str = "cached"  # cached: a ratio per task and device | live: timed interleaved with each candidate
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = None
+    # cached: a compiled-over-eager ratio per task and device | live: timed interleaved with each candidate
+    compile_timing: Literal["cached", "live"] = "cached"
     # The task's torch.compile baseline (cached) measured from its first evaluation's request, beside
     # it, instead of after that evaluation's timing.
     prefetch_baseline: bool = True
@@ -70,13 +74,14 @@ class EvaluatorSettings:
     race: bool = True
     race_reps: int = 10
     race_margin: float = 0.1
-    time_shapes: str = "largest"  # largest | all: time every shape set too (per-shape speedups, for export buckets)
+    # all: time every shape set too (per-shape speedups, for export buckets)
+    time_shapes: Literal["largest", "all"] = "largest"
     memory_limit_mb: int = 32768  # host memory (RSS) of one evaluation; its process group is killed beyond
     gpu_memory_fraction: float = 0.9  # of the GPU, for one evaluation's allocations
     isolate_network: bool = True  # a private network namespace for candidates, where the OS allows
-    containment: str = "auto"  # auto: namespaces where the OS allows, else Landlock | landlock | off
+    containment: Mode = "auto"  # auto: namespaces where the OS allows, else Landlock | landlock | off
     prepare_workers: int | None = None  # sandbox workers per device checking references and deriving seeds
-    tolerance: str = "strict"  # strict: per-dtype defaults (fp32 1e-4) | kernelbench: atol = rtol = 1e-2
+    tolerance: Tolerance = "strict"  # strict: per-dtype defaults (fp32 1e-4) | kernelbench: atol = rtol = 1e-2
     # The timed calls held to the checks' rules (evaluator.timed_checks): every call's launches counted,
     # outputs kept at random (drawn after each call) and checked, the round after the last checked, and
     # one audited batch (dispatch monitor; on a GPU this share of its device time in the candidate's kernels).
@@ -89,24 +94,15 @@ class EvaluatorSettings:
     triton_share_min: float = 0.9
 
     def __post_init__(self):
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"evaluator.device must be auto, cpu or cuda, not {self.device!r}")
+        check_choices(self, "evaluator")
         if not self.seeds:
             raise ValueError("evaluator.seeds needs at least one seed")
-        if self.compile_timing not in ("live", "cached"):
-            raise ValueError(f"evaluator.compile_timing must be live or cached, not {self.compile_timing!r}")
-        if self.containment not in MODES:
-            raise ValueError(f"evaluator.containment must be one of {', '.join(MODES)}, not {self.containment!r}")
-        if self.tolerance not in TOLERANCES:
-            raise ValueError(f"evaluator.tolerance must be one of {', '.join(TOLERANCES)}, not {self.tolerance!r}")
         if self.race_reps < 3 or not 0 <= self.race_margin < 1:
             raise ValueError("evaluator.race_reps must be >= 3 and evaluator.race_margin in [0, 1)")
         if self.pipeline is not None and self.pipeline < 1:
             raise ValueError("evaluator.pipeline must be >= 1 (null: 3 on a GPU, 1 on the CPU)")
         if self.prepare_workers is not None and self.prepare_workers < 1:
             raise ValueError("evaluator.prepare_workers must be >= 1 (null: chosen from the CPU count)")
-        if self.time_shapes not in ("largest", "all"):
-            raise ValueError(f"evaluator.time_shapes must be largest or all, not {self.time_shapes!r}")
         if self.timeout_s <= 0:
             raise ValueError("evaluator.timeout_s must be positive")
         if self.roofline_peaks is not None:
@@ -130,16 +126,18 @@ class EvaluatorSettings:
         if not 0 < self.gpu_memory_fraction <= 1 or self.memory_limit_mb <= 0:
             raise ValueError("evaluator.gpu_memory_fraction must be in (0, 1] and memory_limit_mb positive")
 
+    def on(self, device: str) -> EvaluatorSettings:
+        """These settings for evaluations on ``device`` (cpu or cuda), with ``pipeline`` a number: null is 3
+        on a GPU, 1 on the CPU (where the interpreter's evaluations share two cores with the engine).  The
+        run's start-up decides it once, where it resolves the device, and passes it down; settings made by
+        hand (tests, experiments) are decided by the Evaluator given them, the same way."""
+        if self.pipeline is not None:
+            return self
+        return dataclasses.replace(self, pipeline=3 if device == "cuda" else 1)
 
-def pipeline_depth(settings: EvaluatorSettings, device: str) -> int:
-    """Evaluations in flight per device (``evaluator.pipeline``; null: 3 on a GPU, 1 on the CPU,
-    where the interpreter's evaluations share two cores with the engine)."""
-    return settings.pipeline or (3 if device == "cuda" else 1)
 
-
-def evaluation_slots(settings: EvaluatorSettings, device: str) -> int:
-    """Evaluations to keep asked of one device: its pipeline and, with one, one more waiting for a
-    worker, so that a worker set free starts the next at once and an evaluation waiting for its task's
-    torch.compile baseline (measured by another) holds no worker."""
-    depth = pipeline_depth(settings, device)
+def evaluation_slots(depth: int) -> int:
+    """Evaluations to keep asked of one device with a pipeline of ``depth``: those and, with more than
+    one, one more waiting for a worker, so that a worker set free starts the next at once and an
+    evaluation waiting for its task's torch.compile baseline (measured by another) holds no worker."""
     return depth + 1 if depth > 1 else 1

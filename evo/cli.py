@@ -104,6 +104,7 @@ def eval_command(args: list[str]) -> int:
             raise EvoError(f"candidate file not found: {candidate_path.resolve()}")
         source = candidate_path.read_text(encoding="utf-8", errors="replace")
         device, _ = resolve_device(settings.device)
+        settings = settings.on(device)
     except (EvoError, RuntimeError) as exc:
         return _fail(str(exc))
     from evaluator.containment import describe, probe

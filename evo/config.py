@@ -9,10 +9,12 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from omegaconf import DictConfig, OmegaConf
 
 from evaluator import EvaluatorSettings
+from evaluator.choices import check_choices
 from evo.core.descriptors import Continuous, Descriptor, by_names
 from evo.core.errors import ConfigError
 from evo.core.hydra_nodes import instantiate_node
@@ -39,16 +41,19 @@ class Components:
     llm: LLMClient | None
     steering: LLMSteering | None
     ray: RaySettings
-    backend: str
+    backend: Literal["ray", "local"]  # run.backend; local: threads in this process, for debugging
     archive_url: str
     descriptors: tuple[Descriptor | Continuous, ...]  # Continuous ones for a CVT archive
     selection: Selection
     inspiration: Inspiration
     cvt_cells: int  # 0: a grid archive
     progress: bool
-    compile_seeds: bool = True  # tasks without a seed kernel start from torch.compile's Triton (GPU)
-    search_while_preparing: bool = True  # GPU, pipelined: the search starts with the first task prepared
-    keep_stored_sources: bool = False  # a resume whose problem files changed searches on with the stored ones
+    compile_seeds: bool  # tasks without a seed kernel start from torch.compile's Triton (GPU)
+    search_while_preparing: bool  # GPU, pipelined: the search starts with the first task prepared
+    keep_stored_sources: bool  # a resume whose problem files changed searches on with the stored ones
+
+    def __post_init__(self):
+        check_choices(self, "run", ConfigError)  # its choices are run keys: run.backend
 
 
 def _operators(cfg: DictConfig, llm: LLMClient | None) -> tuple[list[Operator], list[float]]:
@@ -85,8 +90,8 @@ def _operators(cfg: DictConfig, llm: LLMClient | None) -> tuple[list[Operator], 
 
 def _steering(cfg: DictConfig, llm: LLMClient | None, operators: list[Operator],
               weights: list[float]) -> LLMSteering | None:
-    meta = cfg.llm.get("meta_prompt")
-    evolve_prompts = meta is not None and bool(meta.enabled)
+    meta = cfg.llm.meta_prompt
+    evolve_prompts = bool(meta.enabled)
     if llm is None:
         if evolve_prompts:
             raise ConfigError("llm.meta_prompt.enabled evolves LLM prompts: it needs llm.model")
@@ -104,21 +109,21 @@ def _steering(cfg: DictConfig, llm: LLMClient | None, operators: list[Operator],
 
 def build(cfg: DictConfig) -> Components:
     run_dir = str(cfg.run.dir)
-    if cfg.run.backend not in ("ray", "local"):
-        raise ConfigError(f"run.backend must be ray or local, not {cfg.run.backend!r}")
     if int(cfg.islands.count) < 1:
         raise ConfigError("islands.count must be at least 1")
-    prepared = cfg.run.get("prepared_per_island")  # absent from the config of a run made before it
+    # Every key is in cfg: conf/ gives it, and a resumed run's saved config lacks none (evo.resume).
+    prepared = cfg.run.prepared_per_island
     try:
         run = RunSettings(
             dir=run_dir, seed=int(cfg.run.seed), budget_evaluations=int(cfg.run.budget.evaluations),
             proposals_per_island=int(cfg.run.proposals_per_island), inspirations=int(cfg.run.inspirations),
             prepared_per_island=None if prepared is None else int(prepared),
             max_failed_proposals=int(cfg.run.max_failed_proposals), stats_interval=int(cfg.run.stats_interval),
-            llm_seeds=int(cfg.run.get("llm_seeds", 4)), llm_seed_attempts=int(cfg.run.get("llm_seed_attempts", 12)),
+            llm_seeds=int(cfg.run.llm_seeds), llm_seed_attempts=int(cfg.run.llm_seed_attempts),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    evaluator = instantiate_node(cfg.evaluator, "evaluator")  # before the operators that take its tolerance
     client = OmegaConf.masked_copy(cfg.llm, [k for k in cfg.llm if k not in ("budget", "meta_prompt")])
     llm = instantiate_node(client, "llm") if cfg.llm.model else None
     operators, weights = _operators(cfg, llm)
@@ -128,16 +133,16 @@ def build(cfg: DictConfig) -> Components:
     if cvt_cells < 0:
         raise ConfigError("archive.cvt_cells must be >= 0 (0: a grid)")
     return Components(
-        tasks=instantiate_node(cfg.task, "task"), run=run, evaluator=instantiate_node(cfg.evaluator, "evaluator"),
+        tasks=instantiate_node(cfg.task, "task"), run=run, evaluator=evaluator,
         island_count=int(cfg.islands.count), migration=instantiate_node(cfg.islands.migration, "islands.migration"),
         operators=operators, weights=weights, llm=llm, steering=_steering(cfg, llm, operators, weights),
         ray=instantiate_node(cfg.ray, "ray"), backend=str(cfg.run.backend), archive_url=url,
         descriptors=by_names(cfg.archive.descriptors, continuous=cvt_cells > 0),
         selection=instantiate_node(cfg.selection, "selection"),
         inspiration=instantiate_node(cfg.inspiration, "inspiration"), cvt_cells=cvt_cells,
-        progress=bool(cfg.run.progress), compile_seeds=bool(cfg.run.get("compile_seeds", True)),
-        search_while_preparing=bool(cfg.run.get("search_while_preparing", True)),
-        keep_stored_sources=bool(cfg.run.get("keep_stored_sources", False)),
+        progress=bool(cfg.run.progress), compile_seeds=bool(cfg.run.compile_seeds),
+        search_while_preparing=bool(cfg.run.search_while_preparing),
+        keep_stored_sources=bool(cfg.run.keep_stored_sources),
     )
 
 

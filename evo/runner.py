@@ -16,7 +16,6 @@ from rich.console import Console
 from archive import Archive, ArchiveError
 from evaluator import Evaluator, resolve_device
 from evaluator.containment import describe, probe
-from evaluator.evaluator import pipeline_depth
 from evo.config import Components
 from evo.core.errors import RunError, TaskError
 from evo.core.run_dir import RUN_FILE, check_run_dir, lock_run_dir, write_atomically
@@ -105,6 +104,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
         cluster = cluster_gpus(c.ray)  # evaluators go to every GPU of the cluster, not just this node's
         if cluster:
             device, gpus = "cuda", cluster
+    c = dataclasses.replace(c, evaluator=c.evaluator.on(device))  # what depends on the device, decided once
     previous = json.loads((run_dir / RUN_FILE).read_text()) if resuming else {}
     resume_count = int(previous.get("resumes", -1)) + 1
     console.print(f"{'resuming' if resuming else 'starting'} run in {run_dir}: {len(names)} tasks, "
@@ -126,7 +126,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
         # With a pipeline on a GPU the search starts with the first task ready, the others joining as
         # their preparation ends (its workers are stopped while a candidate times: evaluator.gate);
         # otherwise every task is prepared first.
-        early = device == "cuda" and c.search_while_preparing and pipeline_depth(c.evaluator, device) > 1
+        early = device == "cuda" and c.search_while_preparing and c.evaluator.pipeline > 1
         prepared = Prepared(tasks=[], set_aside=[], kept_aside=[])
         for piece in stream:
             prepared.add(piece)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
-MODES = ("copy", "move")
+from evaluator.choices import check_choices
+
 _MIGRATION_STREAM = 2_000_003  # keeps migration draws apart from the run loop's and the islands' streams
 
 
@@ -69,14 +71,13 @@ class MigrationSettings:
     interval: int = 16  # child evaluations between migrations (0: never)
     migrants: int = 1   # elites each island sends per task
     topology: Topology = field(default_factory=Ring)
-    mode: str = "copy"  # copy: the elite stays on its island too; move: it leaves it
+    mode: Literal["copy", "move"] = "copy"  # copy: the elite stays on its island too; move: it leaves it
     reseed_after: int = 0  # child evaluations of a task on an island without a new best before reseeding (0: never)
 
     def __post_init__(self):
         if self.interval < 0 or self.migrants < 1:
             raise ValueError("islands.migration.interval must be >= 0 and migrants >= 1")
-        if self.mode not in MODES:
-            raise ValueError(f"islands.migration.mode must be copy or move, not {self.mode!r}")
+        check_choices(self, "islands.migration")
         if self.reseed_after < 0:
             raise ValueError("islands.migration.reseed_after must be >= 0 (0: never reseed)")
         if not isinstance(self.topology, Topology):

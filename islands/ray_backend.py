@@ -151,7 +151,7 @@ class RayBackend:
         spread = {"scheduling_strategy": "SPREAD"} if settings.spread else {}
         # Each actor serves its slots' evaluations at once (threads: its pipeline, each timed alone on
         # its GPU, and one waiting for a worker), and a call beside them (preparation, status).
-        self._slots = evaluation_slots(evaluator_settings, device)
+        self._slots = evaluation_slots(evaluator_settings.on(device).pipeline)
         self._races = evaluator_settings.race
         self.evaluators = [evaluator_actor.options(max_restarts=3, max_concurrency=self._slots + 1, **resources,
                                                    **spread).remote(evaluator_settings, device)

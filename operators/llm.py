@@ -76,6 +76,9 @@ class LLMDiff(LLMOperator):
     name = "llm_diff"
     default_template = "diff.jinja"
 
+    def __init__(self, *, client: LLMClient, template: str | None = None, max_inspirations: int = 1):
+        super().__init__(client=client, template=template, max_inspirations=max_inspirations)
+
     def child(self, context: Context, reply: str) -> tuple[str | None, str]:
         return apply_diff(context.parent.source, reply)
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evo.core.errors import LLMError
-from operators.llm_transport import Completion, HTTPTransport, LitellmTransport, TransportError, choose, import_litellm
+from operators.llm_transport import Completion, HTTPTransport, LitellmTransport, Transport, TransportError, choose, \
+    import_litellm
 from operators.replies import clean_text
 
 _LOOP: asyncio.AbstractEventLoop | None = None  # the process's one LLM event loop
@@ -67,7 +68,7 @@ class LLMClient:
                  api_key_env: str | None = None, api_key_file: str | None = None, temperature: float = 0.7,
                  max_tokens: int = 4096, timeout_s: float = 120.0, retries: int = 2, backoff_s: float = 1.0,
                  max_backoff_s: float = 60.0, max_in_flight: int = 32, max_reply_chars: int = 200_000,
-                 prices: dict[str, list[float]] | None = None, transport: str = "auto"):
+                 prices: dict[str, list[float]] | None = None, transport: Transport = "auto"):
         models = [model] if isinstance(model, str) else list(model or [])
         if any(not isinstance(m, str) or not m for m in models) or len(set(models)) != len(models):
             raise LLMError(f"llm.model must be a model name or a list of distinct names, not {model!r}")

@@ -20,23 +20,24 @@ import json
 import logging
 import os
 from dataclasses import dataclass
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
-TRANSPORTS = ("auto", "litellm", "http")
+Transport = Literal["auto", "litellm", "http"]
 DIRECT_PREFIXES = ("openai/", "hosted_vllm/")  # litellm's names for OpenAI-compatible servers
 _ERROR_NAMES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
                 404: "NotFoundError", 408: "Timeout", 422: "UnprocessableEntityError", 429: "RateLimitError",
                 503: "ServiceUnavailableError"}  # litellm's names, so errors read the same either way
 
 
-def choose(transport: str, models: list[str], api_base: str | None) -> str:
+def choose(transport: Transport, models: list[str], api_base: str | None) -> Literal["litellm", "http"]:
     """``litellm`` or ``http`` for ``llm.transport``; a bad value is an error."""
+    from evaluator.choices import one_of
     from evo.core.errors import LLMError
 
-    if transport not in TRANSPORTS:
-        raise LLMError(f"llm.transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
+    one_of("llm.transport", transport, get_args(Transport), LLMError)
     if transport == "http" and not api_base:
         raise LLMError("llm.transport=http needs llm.api_base (an OpenAI-compatible endpoint)")
     if transport == "auto":

@@ -20,9 +20,11 @@ A dot over fp16 or bf16 operands ignores the argument.
 from __future__ import annotations
 
 import re
+from typing import get_args
 
 import numpy as np
 
+from evaluator.choices import Tolerance, one_of
 from operators.base import Context, Operator, Proposal
 
 # A dot's precision argument: ``input_precision="..."`` or ``allow_tf32=<expression>``.
@@ -64,10 +66,9 @@ class DotPrecision(Operator):
 
     name = "dot_precision"
 
-    def __init__(self, *, tolerance: str = "strict"):
+    def __init__(self, *, tolerance: Tolerance = "strict"):
         """``tolerance``: the evaluator's (``evaluator.tolerance``); plain TF32 only under ``kernelbench``."""
-        if tolerance not in ("strict", "kernelbench"):
-            raise ValueError(f"tolerance must be strict or kernelbench, not {tolerance!r}")
+        one_of("operators.dot_precision.operator.tolerance", tolerance, get_args(Tolerance))
         self.tolerance = tolerance
 
     def _targets(self) -> list[str]:

@@ -185,16 +185,16 @@ def test_a_pipelined_evaluation_that_fails_releases_the_gate(pipelined):
 
 def test_pipeline_depth_defaults_and_validation():
     assert Evaluator(EvaluatorSettings(device="cpu"), "cpu").depth == 1
-    from evaluator.evaluator import pipeline_depth
-
-    assert pipeline_depth(EvaluatorSettings(), "cuda") == 3 and pipeline_depth(EvaluatorSettings(), "cpu") == 1
-    assert pipeline_depth(EvaluatorSettings(pipeline=2), "cuda") == 2
+    # Decided once for the device (the run's start-up), then a number passed down.
+    assert EvaluatorSettings().on("cuda").pipeline == 3 and EvaluatorSettings().on("cpu").pipeline == 1
+    decided = EvaluatorSettings(pipeline=2)
+    assert decided.on("cuda") is decided and decided.on("cpu").pipeline == 2
     with pytest.raises(ValueError, match="pipeline"):
         EvaluatorSettings(pipeline=0)
     from evaluator.evaluator import evaluation_slots
 
     # One evaluation waiting beside a pipeline: a freed worker starts the next at once.
-    assert evaluation_slots(EvaluatorSettings(), "cuda") == 4 and evaluation_slots(EvaluatorSettings(), "cpu") == 1
+    assert evaluation_slots(3) == 4 and evaluation_slots(1) == 1
     assert Evaluator(EvaluatorSettings(device="cpu", pipeline=2), "cpu").slots == 3
 
 

@@ -177,7 +177,7 @@ def test_auto_takes_plain_http_for_openai_compatible_endpoints(models, api_base,
 
 @pytest.mark.parametrize("transport", ["auto"])
 def test_bad_transports_are_refused(transport):
-    with pytest.raises(LLMError, match="llm.transport must be one of auto, litellm, http"):
+    with pytest.raises(LLMError, match="llm.transport must be auto, litellm or http"):
         LLMClient(model="openai/a", transport="grpc")
     with pytest.raises(LLMError, match="needs llm.api_base"):
         LLMClient(model="openai/a", transport="http")

@@ -10,12 +10,13 @@ from omegaconf import OmegaConf
 
 from archive import Archive
 from archive.queries import ArchiveReader
+from evo.config import build
 from evo.core.errors import ConfigError, RunDirError
-from evo.resume import held_by_run, resumed_config, store_sources, tasks_to_resume
-from evo.loop.seed_store import store_seed, stored_seed
 from evo.core.task import SUITE_DIR, load_task
-from tests.test_cli import LOCAL, evo
+from evo.loop.seed_store import store_seed, stored_seed
+from evo.resume import held_by_run, resumed_config, store_sources, tasks_to_resume
 from tests.support import StandInBackend
+from tests.test_cli import LOCAL, evo
 
 
 def composed(*overrides: str):
@@ -68,10 +69,13 @@ def test_overrides_that_change_what_the_run_is_are_refused(override, key):
 
 def test_a_key_the_saved_config_lacks_takes_its_default_or_the_value_given():
     saved = OmegaConf.to_container(composed(*FIRST), resolve=True)
-    del saved["run"]["prepared_per_island"]  # as in a run made before the key existed
+    for key in ("prepared_per_island", "llm_seeds", "compile_seeds"):  # as in a run made before the keys existed
+        del saved["run"][key]
     cfg, changes = resumed_config(composed("run.dir=/runs/a"), OmegaConf.to_yaml(saved), ["run.dir=/runs/a"],
                                   composed())
     assert changes == [] and cfg.run.prepared_per_island is None
+    built = build(cfg)  # with conf/'s defaults: evo.config.build needs no fallback of its own
+    assert (built.run.prepared_per_island, built.run.llm_seeds, built.compile_seeds) == (None, 4, True)
     cfg, changes = resumed_config(composed("run.prepared_per_island=3"), OmegaConf.to_yaml(saved),
                                   ["run.prepared_per_island=3"], composed())
     assert [c.line() for c in changes] == ["run.prepared_per_island: (unset) -> 3"]
@@ -148,8 +152,8 @@ class CountingBackend(StandInBackend):
 def test_a_resume_takes_the_stored_seed_or_failure_and_derives_nothing(tmp_path):
     from rich.console import Console
 
-    from evo.loop.startup import prepare_tasks
     from evo.core.task import Task
+    from evo.loop.startup import prepare_tasks
 
     seedless, console = Task(name="gelu", path=str(SUITE_DIR / "gelu.py"), source="..."), Console(quiet=True)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 class RunSettings:
     dir: str
     seed: int = 0
-    budget_evaluations: int = 64  # evaluations of children (seeds are extra)
+    budget_evaluations: int = 48  # evaluations of children (seeds are extra)
     proposals_per_island: int = 2  # proposals in flight per island (with LLM operators: requests in flight)
     # With LLM operators: proposals per island prepared beyond its requests in flight, each sent the
     # moment a request comes back, so the endpoint never waits on the run loop's bookkeeping.

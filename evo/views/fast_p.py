@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from evaluator import EvaluatorSettings
 from evo.core.errors import EvoError
 from evo.views.run_view import RunView
 
@@ -70,5 +71,5 @@ def fast_p_rows(bests: list[dict]) -> list[dict]:
 
 
 def tolerance_of(run: RunView) -> str:
-    evaluator = run.config.get("evaluator") or {}
-    return str(evaluator.get("tolerance") or "strict")
+    """The run's ``evaluator.tolerance``; a run made before the key existed ran with its default."""
+    return str(run.config.evaluator.get("tolerance") or EvaluatorSettings.tolerance)
