@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from evaluator import memory
-from evaluator.calls import call, synchronize
+from evaluator.calls import call, is_out_of_memory, synchronize
 from evaluator.gate import gpu_alone, host_section
 from evaluator.timing import time_side_by_side, timing_args
 
@@ -69,6 +68,6 @@ def compiled_over_eager(reference, inputs: list, *, device: str, backend: str, m
                                      lambda: call(reference, inputs, "reference timing"), device,
                                      **timing_args(timing))
     except Exception as exc:  # a reference the compiler cannot handle has no compiled baseline
-        return {"error": failure(exc), "out_of_memory": memory.is_out_of_memory(exc)}
+        return {"error": failure(exc), "out_of_memory": is_out_of_memory(exc)}
     return {"ratio": pair.candidate.median_ms / pair.baseline.median_ms, "backend": backend, "mode": mode,
             "compiled_ms": pair.candidate.median_ms, "eager_ms": pair.baseline.median_ms}

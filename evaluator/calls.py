@@ -21,9 +21,10 @@ _INTERPRETER_RUN_TIME = {"create_assert", "create_assume"}
 class Failure(Exception):
     """Ends an evaluation with a status, a one-line reason and a trimmed traceback."""
 
-    def __init__(self, status: Status, reason: str, error: str = ""):
+    def __init__(self, status: Status, reason: str, error: str = "", out_of_memory: bool = False):
         super().__init__(reason)
         self.status, self.reason, self.error = status, reason, error
+        self.out_of_memory = out_of_memory  # the GPU's memory ran out (told apart from a message that says so)
 
 
 def error_text(exc: BaseException) -> str:
@@ -93,7 +94,20 @@ def _failure(exc: Exception, stage: str) -> Failure:
     status = Status.COMPILE_ERROR if is_compile_error(exc) else Status.RUNTIME_ERROR
     cause = _kernel_error(exc)
     where = " (in a Triton kernel)" if cause is not exc else ""
-    return Failure(status, f"{stage}: {type(cause).__name__}{where}: {str(cause)[:300]}", error_text(exc))
+    return Failure(status, f"{stage}: {type(cause).__name__}{where}: {str(cause)[:300]}", error_text(exc),
+                   out_of_memory=is_out_of_memory(exc))
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is the GPU running out of memory: PyTorch's
+    ``OutOfMemoryError``, or the CUDA driver's own error of that name.  Decided here, in the
+    sandbox, on the exception itself; the host reads the verdict, never the message."""
+    for seen in _chain(exc):
+        if isinstance(seen, torch.cuda.OutOfMemoryError):
+            return True
+        if isinstance(seen, RuntimeError) and "CUDA error: out of memory" in str(seen):
+            return True  # raised by the driver through torch (cudaErrorMemoryAllocation)
+    return False
 
 
 def to_device(value, device):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator.calls import Failure, call, error_text, make_inputs, synchronize
+from evaluator.calls import Failure, call, error_text, is_out_of_memory, make_inputs, synchronize
 from evaluator.compare import mismatch
 from evaluator.correctness import Verifier
 from evaluator.dispatcher_state import Recorder
@@ -139,7 +139,7 @@ def check_task(request: dict) -> dict:
                              "device_mb": round(memory.device_total_mb(device), 1)}
         return out
     except Exception as exc:  # the user's reference: report whatever it raised
-        if stage == "reference" and memory.is_out_of_memory(exc):
+        if stage == "reference" and is_out_of_memory(exc):
             total = memory.device_total_mb(device)
             asked = re.search(r"Tried to allocate [\d.]+ \w+", str(exc))
             error = (f"the reference alone ran out of GPU memory on a {total / 1024:.0f} GiB device "
@@ -175,7 +175,7 @@ def make_compile_seed(request: dict) -> dict:
         return {"ok": False, "error": str(exc), **captured}
     except Exception as exc:  # the compiler or the user's reference
         return {"ok": False, "error": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:500]}",
-                "traceback": error_text(exc), "out_of_memory": memory.is_out_of_memory(exc), **captured}
+                "traceback": error_text(exc), "out_of_memory": is_out_of_memory(exc), **captured}
 
 
 def evaluate(request: dict) -> EvalResult:
@@ -189,6 +189,8 @@ def evaluate(request: dict) -> EvalResult:
             result = _evaluate(request, device)
     except Failure as failure:
         result = EvalResult(status=failure.status, reason=failure.reason, error=failure.error)
+        if failure.out_of_memory:  # the host tries it again alone on the GPU (evaluator.reply.out_of_memory)
+            result.extra["out_of_memory"] = True
     result.device = _device_name(device)
     result.wall_s = time.monotonic() - start
     result.extra["environment"] = dict(request.get("environment") or {}, gpu=result.device)
@@ -213,7 +215,7 @@ def compile_baseline(request: dict) -> dict:
                                                 gate_fds=request.get("gate_fds"))
     except Exception as exc:  # the user's reference, or the GPU's memory beside other evaluations
         return {"error": f"the reference failed before its torch.compile baseline: {type(exc).__name__}: "
-                         f"{str(exc)[:300]}", "out_of_memory": memory.is_out_of_memory(exc)}
+                         f"{str(exc)[:300]}", "out_of_memory": is_out_of_memory(exc)}
 
 
 def roofline_peaks(request: dict) -> dict:

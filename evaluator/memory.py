@@ -65,13 +65,6 @@ def report(reference_bytes: int | None, device: str, checks_bytes: int, timing_b
     return out
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    seen = exc
-    while seen is not None:
-        if isinstance(seen, torch.cuda.OutOfMemoryError) or "out of memory" in str(seen).lower():
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def device_total_mb(device: str) -> float | None:

@@ -27,7 +27,9 @@ class Preparation:
 
 
 def _out_of_memory(reply: dict) -> bool:
-    return reply.get("stage") == "memory" or "out of memory" in str(reply.get("error", "")).lower()
+    """The reference's check ran out of GPU memory (its stage says so), or the seed's derivation did
+    (the sandbox's verdict on the exception): never words in an error message."""
+    return reply.get("stage") == "memory" or bool(reply.get("out_of_memory"))
 
 
 def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker,

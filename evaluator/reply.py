@@ -29,7 +29,8 @@ def apply_baseline(result: EvalResult, entry: dict | None) -> None:
 
 
 def out_of_memory(reply: dict) -> bool:
+    """Whether an evaluation failed because the GPU's memory ran out: the sandbox's verdict on the
+    exception it caught (``calls.is_out_of_memory``), never words in a message a candidate could write."""
     if reply.get("status") == "correct":
         return False
-    text = f"{reply.get('reason', '')} {reply.get('error', '')} {reply.get('harness_error', '')}".lower()
-    return "out of memory" in text
+    return bool(reply.get("out_of_memory") or (reply.get("extra") or {}).get("out_of_memory"))

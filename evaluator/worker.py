@@ -138,7 +138,9 @@ def _child(request: dict, write_fd: int, log_path: Path, cpu_limit_s: int) -> No
     try:
         reply = harness.handle(request)
     except BaseException as exc:  # report, never let the child fall back into the server loop
-        reply = {"harness_error": f"{type(exc).__name__}: {exc}"}
+        from evaluator.calls import is_out_of_memory  # torch is loaded by now: the harness imported it
+
+        reply = {"harness_error": f"{type(exc).__name__}: {exc}", "out_of_memory": is_out_of_memory(exc)}
     if isinstance(reply.get("extra"), dict):
         private = state["network"] == "private"
         reply["extra"]["network"] = "isolated" if private else f"not isolated: {state['why'].get('network')}"

@@ -17,7 +17,7 @@ def _triton_cache_of(pid: int) -> str:
 
 
 def _started(evaluator: Evaluator) -> list:
-    workers = [*warmed(evaluator).workers, evaluator._baseline_worker]
+    workers = [*warmed(evaluator).workers, evaluator.baselines.worker]
     assert all(w.pid() for w in workers), "the warm start did not start every worker"
     return [_triton_cache_of(w.pid()) for w in workers]
 
@@ -28,7 +28,7 @@ def test_the_pipeline_shares_one_cache_and_the_baseline_keeps_its_own(tmp_path):
     try:
         *pipeline, baseline = _started(evaluator)
         assert pipeline == [evaluator.compile_cache] * 3 and os.path.isdir(evaluator.compile_cache)
-        assert baseline != evaluator.compile_cache and baseline.startswith(str(evaluator._baseline_worker.scratch))
+        assert baseline != evaluator.compile_cache and baseline.startswith(str(evaluator.baselines.worker.scratch))
     finally:
         evaluator.close()
     assert not os.path.exists(evaluator.compile_cache)  # removed with the evaluator

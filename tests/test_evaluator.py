@@ -216,8 +216,8 @@ def test_torch_compile_baseline_is_timed(evaluator, settings_restored, timing):
     if timing == "cached":  # measured once per task and device, apart from any candidate's process
         again = evaluator.evaluate("double", TASK, candidate("_again = 1"))
         assert "baseline_compile_s" not in again.extra["phases"]  # the first may have waited for it, not this one
-        assert len(evaluator._baselines) == 1
-        ratio = next(iter(evaluator._baselines.values()))["ratio"]
+        assert len(evaluator.baselines.entries()) == 1
+        ratio = next(iter(evaluator.baselines.entries().values()))["ratio"]
         assert again.compiled_runtime_ms == pytest.approx(ratio * again.ref_runtime_ms)
 
 

@@ -139,8 +139,8 @@ def test_the_baseline_is_measured_on_a_worker_of_its_own_while_the_pipeline_goes
     try:
         results = _scored_together(ev, 3)
         assert all(r.compiled_runtime_ms and r.speedup_vs_compiled for r in results)  # one ratio, for each
-        assert len(ev._baselines) == 1 and ev._baseline_worker not in ev.workers
-        assert ev._baseline_worker in ev.gate._members  # stopped while an evaluation times, like the others
+        assert len(ev.baselines.entries()) == 1 and ev.baselines.worker not in ev.workers
+        assert ev.baselines.worker in ev.gate._members  # stopped while an evaluation times, like the others
         assert ev.gate.held == len(results) + 1  # the baseline timed alone too
     finally:
         ev.close()

@@ -25,23 +25,23 @@ def test_a_task_out_of_memory_beside_a_search_is_prepared_again_with_the_device_
     idle_when_checked = []
 
     def request(kind, task_name, task_source, *, worker=None, **extra):
-        idle_when_checked.append(ev._idle.qsize())
+        idle_when_checked.append(ev.pool.idle())
         if len(idle_when_checked) == 1:
             return {"ok": False, "stage": "memory", "error": "CUDA out of memory beside the others"}
         return {"ok": True}
 
     monkeypatch.setattr(ev, "_request", request)
     try:
-        in_flight = ev._idle.get()  # an evaluation under way
+        in_flight = ev.pool.take()  # an evaluation under way
         outcome = {}
         preparing = threading.Thread(target=lambda: outcome.update(ev.prepare([Preparation("big", TASK, False)])))
         preparing.start()
         time.sleep(0.5)
         assert idle_when_checked == [1]  # checked once beside it; again only once it is over
-        ev._idle.put(in_flight)
+        ev.pool.give(in_flight)
         preparing.join(10)
         assert idle_when_checked == [1, 0] and outcome["big"]["check"]["ok"]
-        assert ev._idle.qsize() == 2  # the pipeline's workers back
+        assert ev.pool.idle() == 2  # the pipeline's workers back
     finally:
         monkeypatch.undo()
         ev.close()
@@ -55,7 +55,8 @@ def test_an_evaluation_out_of_memory_beside_others_is_tried_again_alone_and_its_
             asked.append(bool(extra.get("exclusive")))
             if len(asked) == 1:  # the first attempt: as a candidate's allocation would fail beside others
                 time.sleep(0.2)
-                return {"status": "runtime_error", "reason": "torch.OutOfMemoryError: CUDA out of memory."}
+                return {"status": "runtime_error", "reason": "torch.OutOfMemoryError: CUDA out of memory.",
+                        "extra": {"out_of_memory": True}}
         return real(self, kind, task_name, task_source, **extra)
 
     monkeypatch.setattr(Evaluator, "_request", request)
@@ -73,27 +74,43 @@ def test_an_evaluation_still_out_of_memory_alone_on_the_gpu_is_tried_once_more_w
     asked = []  # (exclusive, workers idle) per attempt
 
     def request(kind, task_name, task_source, *, worker=None, **extra):
-        asked.append((bool(extra.get("exclusive")), ev._idle.qsize()))
+        asked.append((bool(extra.get("exclusive")), ev.pool.idle()))
         if len(asked) < 3 or extra.get("candidate_source") == "hog":
-            return {"status": "runtime_error", "reason": "torch.OutOfMemoryError: CUDA out of memory."}
+            return {"status": "runtime_error", "reason": "torch.OutOfMemoryError: CUDA out of memory.",
+                    "extra": {"out_of_memory": True}}
         return {"status": "correct", "reason": "passed", "speedup": 1.0}
 
     monkeypatch.setattr(ev, "_request", request)
     try:
-        in_flight = ev._idle.get()  # another evaluation under way
+        in_flight = ev.pool.take()  # another evaluation under way
         out = {}
         scoring = threading.Thread(target=lambda: out.update(r=ev.evaluate("double", TASK, "fits")))
         scoring.start()
         time.sleep(0.5)
         assert asked == [(False, 0), (True, 0)]  # beside the other; then alone, its memory still held
-        ev._idle.put(in_flight)
+        ev.pool.give(in_flight)
         scoring.join(10)
         assert asked[2] == (True, 0)  # every worker held: none in flight, none starting
         assert out["r"].status is Status.CORRECT and out["r"].extra["phases"]["oom_retry_s"] >= 0.5
-        assert ev._idle.qsize() == 2
+        assert ev.pool.idle() == 2
         asked.clear()
         hog = ev.evaluate("double", TASK, "hog")  # out of memory with the device to itself: its own
         assert hog.status is Status.RUNTIME_ERROR and [e for e, _ in asked] == [False, True, True]
     finally:
         monkeypatch.undo()
         ev.close()
+
+
+def test_running_out_of_memory_is_told_by_the_exception_not_by_the_message(pipelined):
+    """The sandbox decides on the exception it caught: PyTorch's OutOfMemoryError is out of memory
+    (and tried again alone on a GPU); a candidate's own error that merely says "out of memory" is not,
+    so it cannot buy itself the GPU alone."""
+    from evaluator.reply import out_of_memory
+
+    real = pipelined.evaluate("double", TASK, candidate("raise torch.OutOfMemoryError('CUDA out of memory.')"))
+    said = pipelined.evaluate("double", TASK, candidate("raise RuntimeError('CUDA out of memory. (it says)')"))
+    assert real.status is Status.RUNTIME_ERROR and real.extra.get("out_of_memory") is True, real.reason
+    assert said.status is Status.RUNTIME_ERROR and "out_of_memory" not in said.extra, said.reason
+    assert out_of_memory({"status": "runtime_error", "reason": "CUDA out of memory", "extra": {}}) is False
+    assert out_of_memory({"status": "runtime_error", "extra": {"out_of_memory": True}}) is True
+    assert out_of_memory({"harness_error": "x", "out_of_memory": True}) is True

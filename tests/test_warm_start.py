@@ -96,18 +96,18 @@ def test_the_baseline_worker_is_warm_started_where_a_cached_baseline_will_be_mea
     settings = EvaluatorSettings(device="cpu", warm_start=True, compile_baseline=True, compile_backend="aot_eager")
     evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
     try:
-        assert evaluator._baseline_worker is not None and evaluator._baseline_worker not in evaluator.workers
+        assert evaluator.baselines.worker is not None and evaluator.baselines.worker not in evaluator.workers
         deadline = time.monotonic() + 120
-        while evaluator._baseline_worker.pid() is None and time.monotonic() < deadline:
+        while evaluator.baselines.worker.pid() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert evaluator._baseline_worker.pid() is not None
+        assert evaluator.baselines.worker.pid() is not None
     finally:
         evaluator.close()
     assert sandbox_workers(tmp_path) == []
     live = Evaluator(EvaluatorSettings(device="cpu", warm_start=True, compile_baseline=True, compile_timing="live",
                                        compile_backend="aot_eager"), "cpu", scratch_root=str(tmp_path))
     try:
-        assert live._baseline_worker is None  # compiled in each evaluation: no worker of its own
+        assert live.baselines.worker is None  # compiled in each evaluation: no worker of its own
     finally:
         live.close()
 
