@@ -115,6 +115,7 @@ class SlowEvaluator(TrivialEvaluator):
         return super().score(task_name, task_source, source)
 
 
+@pytest.mark.slow
 def test_a_task_prepared_during_the_search_joins_it(tmp_path, builtin_tasks):
     """The search starts with gelu; row_sum comes once gelu's first child is evaluated, and is
     searched too (its seed evaluated, children of it made) before the run ends; meanwhile gelu takes

@@ -17,6 +17,7 @@ def evo(*args, timeout=300, cwd=None):
                           timeout=timeout, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_eval_prints_one_json_object_last():
     out = evo("eval", f"task={SUITE_DIR / 'gelu.py'}", f"candidate={SUITE_DIR / 'seeds' / 'gelu.py'}",
               "evaluator.device=cpu")
@@ -26,6 +27,7 @@ def test_eval_prints_one_json_object_last():
     assert {"status", "speedup", "runtime_ms", "ref_runtime_ms", "reason"} <= set(result)
 
 
+@pytest.mark.slow
 def test_eval_reports_a_broken_candidate(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text((SUITE_DIR / "seeds" / "gelu.py").read_text().replace("tl.math.erf", "tl.math.nope"))
@@ -35,6 +37,7 @@ def test_eval_reports_a_broken_candidate(tmp_path):
     assert result["speedup"] is None and result["reason"]
 
 
+@pytest.mark.slow
 def test_run_then_continue_then_status(tmp_path):
     run_dir = tmp_path / "run"
     first = evo("run", f"run.dir={run_dir}", "run.budget.evaluations=2", *QUICK, cwd=tmp_path)
@@ -53,6 +56,7 @@ def test_run_then_continue_then_status(tmp_path):
     archive.close()
 
 
+@pytest.mark.slow
 def test_multirun_sweep_gives_each_job_its_own_run_dir(tmp_path):
     out = evo("run", "-m", "run.budget.evaluations=1", "islands.count=1,2", *QUICK, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -86,6 +90,7 @@ def get_init_inputs():
 '''
 
 
+@pytest.mark.slow
 def test_a_run_dir_in_use_is_refused(tmp_path):
     import fcntl
     run_dir = tmp_path / "run"
@@ -98,6 +103,7 @@ def test_a_run_dir_in_use_is_refused(tmp_path):
 
 @pytest.mark.parametrize("case", ["missing", "malformed", "raises", "unknown_key", "llm", "unwritable",
                                   "other_tasks", "no_seed"])
+@pytest.mark.slow
 def test_bad_input_gets_one_clear_message_and_no_run_state(tmp_path, case):
     run_dir = tmp_path / "run"
     args = [f"run.dir={run_dir}", *LOCAL]

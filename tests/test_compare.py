@@ -51,6 +51,7 @@ UNSEEDED_INPUTS = TASK.replace("return [torch.randn(n)]",
                                "import os\n    return [torch.randn(n) + int.from_bytes(os.urandom(1), 'little')]")
 
 
+@pytest.mark.slow
 def test_a_reference_that_works_in_place_is_checked_on_inputs_of_its_own(cpu_evaluator):
     result = cpu_evaluator.evaluate("double", IN_PLACE_REFERENCE, candidate())
     assert result.status is Status.CORRECT, result.reason

@@ -22,6 +22,7 @@ def _started(evaluator: Evaluator) -> list:
     return [_triton_cache_of(w.pid()) for w in workers]
 
 
+@pytest.mark.slow
 def test_the_pipeline_shares_one_cache_and_the_baseline_keeps_its_own(tmp_path):
     settings = EvaluatorSettings(device="cpu", pipeline=3, warm_start=True, compile_baseline=True)
     evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
@@ -34,6 +35,7 @@ def test_the_pipeline_shares_one_cache_and_the_baseline_keeps_its_own(tmp_path):
     assert not os.path.exists(evaluator.compile_cache)  # removed with the evaluator
 
 
+@pytest.mark.slow
 def test_without_sharing_or_with_a_configured_cache_each_worker_gets_what_it_says(tmp_path):
     settings = EvaluatorSettings(device="cpu", pipeline=2, warm_start=True, compile_baseline=True,
                                  share_compile_cache=False)
@@ -59,6 +61,7 @@ with open(_os.path.join(_os.environ["TRITON_CACHE_DIR"], "written-by-a-candidate
 '''
 
 
+@pytest.mark.slow
 def test_a_contained_candidate_can_still_write_into_the_shared_cache(tmp_path):
     """Triton compiles into the shared cache from inside the candidate's containment, which
     leaves the filesystem read-only but for the scratch and the cache (where the machine allows)."""

@@ -49,6 +49,7 @@ def test_inductor_output_becomes_a_plain_candidate(name):
     assert "class ModelNew(_Reference)" in source and source.count("def forward(") == 1
 
 
+@pytest.mark.slow
 def test_a_seed_starts_from_the_configuration_inductors_autotuning_chose(evaluator):
     task = load_tasks("default", names=["row_sum"])[0]
     code = (DATA / "row_sum.py.txt").read_text()
@@ -61,6 +62,7 @@ def test_a_seed_starts_from_the_configuration_inductors_autotuning_chose(evaluat
     assert evaluator.evaluate("row_sum", task.source, source).status is Status.CORRECT
 
 
+@pytest.mark.slow
 def test_a_converted_seed_is_correct_and_mutable(evaluator):
     # row_sum's kernels use no libdevice function, which Triton's interpreter cannot run;
     # the other tasks' seeds are checked on a GPU (experiments/compile_seeds_gpu.md).
@@ -95,6 +97,7 @@ def test_a_gemm_template_becomes_a_seed_whose_tile_is_tunable():
     assert "grid = (triton.cdiv(ks0, K0_BLOCK_M) * triton.cdiv(ks1, K0_BLOCK_N), _grid_1, _grid_2)" in source
 
 
+@pytest.mark.slow
 def test_a_gemm_template_seed_is_correct_with_another_tile(evaluator):
     task = load_tasks("default", names=["matmul_fp16"])[0]
     source = seed_from_inductor((DATA / "matmul_fp16_template.py.txt").read_text(), MATMUL_INPUTS, task.source)
@@ -104,6 +107,7 @@ def test_a_gemm_template_seed_is_correct_with_another_tile(evaluator):
     assert result.status is Status.CORRECT, (result.reason, result.error)
 
 
+@pytest.mark.slow
 def test_a_template_the_converter_cannot_retile_keeps_inductors_tile_and_grid(evaluator):
     task = load_tasks("default", names=["matmul_fp16"])[0]
     code = (DATA / "matmul_fp16_template.py.txt").read_text()
@@ -181,6 +185,7 @@ def test_the_cpu_evaluator_explains_that_compile_seeds_need_a_gpu(evaluator):
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="inductor on the CPU needs a C++ compiler")
+@pytest.mark.slow
 def test_capture_records_the_graph_inputs_in_the_wrappers_order():
     # On the CPU inductor writes C++, not Triton: this checks the capture and the mapping only.
     from evaluator.seed_capture import capture

@@ -47,6 +47,7 @@ def _report(evaluator, name: str):
     return json.loads((_evaluated_on(evaluator, name).scratch / name).read_text())
 
 
+@pytest.mark.slow
 def test_a_candidate_cannot_read_the_environment_of_other_processes(contained):
     evaluator, state = contained
     # A process of this machine whose environment was made with the key (as the engine's is).
@@ -159,6 +160,7 @@ def test_a_worker_stopped_mid_evaluation_leaves_no_detached_process(contained):
     assert marked(marker) == []
 
 
+@pytest.mark.slow
 def test_an_honest_candidate_is_correct_and_its_containment_recorded(contained):
     evaluator, state = contained
     result = evaluator.evaluate("double", TASK, candidate())
@@ -175,6 +177,7 @@ def test_containment_off_is_said_plainly():
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.slow
 def test_evo_eval_keeps_the_engines_key_and_answers_despite_a_detached_sleeper(tmp_path, device):
     """``evo eval`` started with an API key in its environment, as a user would start it."""
     marker = f"evo-escapee-{uuid.uuid4().hex[:12]}"

@@ -48,6 +48,7 @@ def programs(archive):
         return c.execute(select(ProgramRow.__table__).order_by(ProgramRow.id)).all()
 
 
+@pytest.mark.slow
 def test_run_spends_its_budget_and_keeps_lineage(tmp_path, quick_tasks):
     archive = run_once(tmp_path, quick_tasks, budget=6)
     rows = programs(archive)
@@ -71,6 +72,7 @@ def test_run_spends_its_budget_and_keeps_lineage(tmp_path, quick_tasks):
     assert "migrated" in kinds
 
 
+@pytest.mark.slow
 def test_resume_continues_without_reseeding(tmp_path, quick_tasks):
     archive = run_once(tmp_path, quick_tasks, budget=3)
     first = len(programs(archive))
@@ -80,6 +82,7 @@ def test_resume_continues_without_reseeding(tmp_path, quick_tasks):
     assert archive.child_evaluation_count() == 6 and len(rows) > first
 
 
+@pytest.mark.slow
 def test_programs_in_flight_at_a_crash_are_evaluated_on_resume(tmp_path, quick_tasks):
     archive = run_once(tmp_path, quick_tasks, budget=2)
     seed = next(r for r in programs(archive) if r.operator == "seed" and r.task == "gelu")
@@ -92,6 +95,7 @@ def test_programs_in_flight_at_a_crash_are_evaluated_on_resume(tmp_path, quick_t
     assert archive.child_evaluation_count() == 3
 
 
+@pytest.mark.slow
 def test_zero_budget_only_evaluates_seeds(tmp_path, quick_tasks):
     archive = run_once(tmp_path, quick_tasks, budget=0)
     assert [r.operator for r in programs(archive)] == ["seed", "seed"]

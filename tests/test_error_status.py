@@ -40,6 +40,7 @@ def evaluator():
     ev.close()
 
 
+@pytest.mark.slow
 def test_the_kernel_template_is_correct(evaluator):
     result = evaluator.evaluate("double", TASK, kernel_body("y = x * 2.0"))
     assert result.status is Status.CORRECT, result.reason

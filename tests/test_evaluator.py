@@ -14,6 +14,7 @@ def evaluator():
     ev.close()
 
 
+@pytest.mark.slow
 def test_correct_candidate_is_timed_side_by_side(evaluator):
     result = evaluator.evaluate("double", TASK, candidate())
     assert result.status is Status.CORRECT, result.reason
@@ -31,6 +32,7 @@ def test_correct_candidate_is_timed_side_by_side(evaluator):
     ("import faulthandler; faulthandler._sigsegv()", Status.CRASHED, "signal 11"),
     ("import time; time.sleep(60)", Status.TIMEOUT, "process group killed"),
 ])
+@pytest.mark.slow
 def test_failures_are_classified(evaluator, change, status, reason):
     result = evaluator.evaluate("double", TASK, candidate(change))
     assert result.status is status, result.reason
@@ -107,6 +109,7 @@ def test_worker_survives_bad_candidates(evaluator):
     assert evaluator.evaluate("double", TASK, candidate()).status is Status.CORRECT
 
 
+@pytest.mark.slow
 def test_secrets_never_reach_the_candidate(evaluator, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok")
@@ -206,6 +209,7 @@ def test_a_speedup_beyond_the_roofline_is_reverified_then_rejected(evaluator, se
 
 
 @pytest.mark.parametrize("timing", ["live", "cached"])
+@pytest.mark.slow
 def test_torch_compile_baseline_is_timed(evaluator, settings_restored, timing):
     # aot_eager exercises the path without a C++ toolchain; on GPUs the default is inductor.
     _with(evaluator, compile_baseline=True, compile_backend="aot_eager", compile_timing=timing)

@@ -50,6 +50,7 @@ def test_export_writes_a_package_with_a_manifest(library, small_run):
     assert "REFERENCE_SOURCE" in (library / "gelu.py").read_text()
 
 
+@pytest.mark.slow
 def test_selftest_runs_under_the_interpreter_without_the_engine(library):
     out = selftest(library, {"TRITON_INTERPRET": "1"})
     assert out.returncode == 0, out.stdout + out.stderr
@@ -65,6 +66,7 @@ def test_selftest_without_gpu_or_interpreter_says_it_needs_a_gpu(library):
     assert out.returncode == 2 and "needs a CUDA GPU" in out.stderr
 
 
+@pytest.mark.slow
 def test_selftest_fails_on_a_wrong_kernel(library, tmp_path):
     import shutil
     broken = tmp_path / "broken_lib"
@@ -78,6 +80,7 @@ def test_selftest_fails_on_a_wrong_kernel(library, tmp_path):
     assert out.returncode == 1 and "FAILED" in out.stdout and "1 failed" in out.stdout
 
 
+@pytest.mark.slow
 def test_the_exported_function_has_the_reference_signature(library):
     code = ("import torch, kernels_lib.row_sum as m; x = torch.randn(5, 7); "
             "assert torch.allclose(m.row_sum(x), x.sum(-1), atol=1e-5); print('ok')")
@@ -225,6 +228,7 @@ def test_export_gives_each_shape_bucket_its_fastest_kernel(bucket_library, timed
     assert [b["max_numel"] for b in gelu["buckets"]] == [1023, 8481, 64643, None]
 
 
+@pytest.mark.slow
 def test_dispatch_picks_the_bucket_by_input_size(bucket_library):
     code = ("import json, torch; from bucket_lib import _runtime; from bucket_lib.row_sum import row_sum; "
             "sizes = [(1, 1000), (1, 1023), (1, 1024), (33, 257), (7, 4097), (8, 4097), (5000, 8192)]; "
@@ -240,6 +244,7 @@ def test_dispatch_picks_the_bucket_by_input_size(bucket_library):
                                       serving[None], serving[None]]
 
 
+@pytest.mark.slow
 def test_selftest_checks_every_kernel_on_every_bucket_it_serves(bucket_library):
     out = selftest(bucket_library, {"TRITON_INTERPRET": "1"})
     assert out.returncode == 0, out.stdout + out.stderr

@@ -121,6 +121,7 @@ def _scored_together(evaluator, count: int) -> list:
     return results
 
 
+@pytest.mark.slow
 def test_pipelined_evaluations_are_timed_one_at_a_time_and_all_scored(pipelined):
     assert pipelined.depth == 2 and len(pipelined.workers) == 2 and pipelined.gate is not None
     results = _scored_together(pipelined, 4)
@@ -131,6 +132,7 @@ def test_pipelined_evaluations_are_timed_one_at_a_time_and_all_scored(pipelined)
     assert any(r.extra["phases"].get("gate_wait_s", 0) >= 0 for r in results)
 
 
+@pytest.mark.slow
 def test_the_baseline_is_measured_on_a_worker_of_its_own_while_the_pipeline_goes_on():
     # aot_eager: torch.compile without a C++ toolchain (inductor on GPUs).
     settings = EvaluatorSettings(device="cpu", timeout_s=60, pipeline=2, compile_baseline=True,
@@ -146,6 +148,7 @@ def test_the_baseline_is_measured_on_a_worker_of_its_own_while_the_pipeline_goes
         ev.close()
 
 
+@pytest.mark.slow
 def test_the_baseline_starts_with_the_first_evaluation_of_its_task_not_after_it(monkeypatch):
     """evaluator.prefetch_baseline: the task's baseline request goes out while its first evaluation is
     still under way (here: an evaluation that takes 0.5 s), once per task; off, only after it."""
@@ -351,6 +354,7 @@ def test_preparation_streams_each_task_and_its_workers_are_gate_members_while_th
         ev.close()
 
 
+@pytest.mark.slow
 def test_a_reference_is_checked_through_the_gate_of_a_pipeline():
     """check_task is a gated request now (its start spared, its GPU work stopped while another times)."""
     from evaluator import Preparation

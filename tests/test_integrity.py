@@ -21,6 +21,7 @@ def broken_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
 '''
 
 
+@pytest.mark.slow
 def test_a_launch_that_fails_inside_try_except_is_not_counted(evaluator):
     """Its launch fails to compile; it catches that and computes with PyTorch."""
     fallback = candidate().replace("class ModelNew", BROKEN_KERNEL + "\n\nclass ModelNew").replace(
@@ -41,6 +42,7 @@ def test_a_launch_that_fails_then_succeeds_counts_the_one_that_ran(evaluator):
     assert result.status is Status.CORRECT, result.reason
 
 
+@pytest.mark.slow
 def test_a_reduction_no_deny_list_named_is_not_glue(evaluator, builtin_tasks):
     """A real but useless launch (it fills a scratch buffer) while torch.sum does the work."""
     task = builtin_tasks["row_sum"]

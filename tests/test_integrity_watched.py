@@ -24,6 +24,7 @@ def evaluator():
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.slow
 def test_each_cheat_is_caught_with_its_reason(evaluator, name):
     status, reason = EXPECTED[name]
     result = evaluator.evaluate("double", TASK, CHEATS[name][0])
@@ -84,6 +85,7 @@ def test_the_kept_outputs_are_drawn_after_each_call_uniformly_over_the_sequence(
     assert statistics.mean(counts[:4]) < 45
 
 
+@pytest.mark.slow
 def test_an_implausible_speedup_is_verified_again_in_a_fresh_process_with_every_timed_call_checked():
     """With the bound set below any speedup, every correct result is evaluated again.  No output is kept
     at random (timed_samples=0), so only the re-verification sees the one wrong timed call."""

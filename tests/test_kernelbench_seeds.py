@@ -132,6 +132,7 @@ CONVOLUTIONS = [  # dims, N, C, O, spatial, kernel, stride, padding, dilation, g
 
 
 @pytest.mark.parametrize("case", CONVOLUTIONS, ids=lambda c: f"{c[0]}d{'-transposed' if c[10] else ''}-g{c[9]}")
+@pytest.mark.slow
 def test_the_triton_convolution_matches_pytorch(case):
     dims, n, c, o, spatial, kernel, stride, padding, dilation, groups, transposed, output_padding = case
     torch.manual_seed(0)
@@ -208,6 +209,7 @@ def cpu_evaluator():
 
 
 @pytest.mark.parametrize("name", ["conv2d_relu_bias", "conv1d_depthwise_loop", "conv_transpose3d_grouped"])
+@pytest.mark.slow
 def test_convolution_seeds_are_correct_under_the_interpreter(cpu_evaluator, name):
     # The other idioms' seeds use libdevice or tl.dot templates, which Triton's interpreter runs
     # too slowly or not at all: the GPU test below checks them.

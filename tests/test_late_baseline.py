@@ -146,6 +146,7 @@ def test_the_local_backend_asks_for_late_baselines_and_settles_them(monkeypatch)
         backend.close()
 
 
+@pytest.mark.slow
 def test_evo_run_fills_in_every_late_rows_baseline(tmp_path):
     """`evo run` end to end (CPU, aot_eager: torch.compile without a C++ toolchain): results are not
     held for their task's baseline, yet every correct row has speedup_vs_compiled at the end."""

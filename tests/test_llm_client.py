@@ -28,6 +28,7 @@ def client(transport):
     return make
 
 
+@pytest.mark.slow
 def test_429_is_retried_after_the_servers_retry_after(client):
     replies = iter([(429, {"error": {"message": "slow down"}}, {"Retry-After": "1"}), (200, completion("done"))])
     with ScriptedLLMServer(lambda request: next(replies)) as server:
@@ -37,6 +38,7 @@ def test_429_is_retried_after_the_servers_retry_after(client):
     assert reply.calls[1]["error"] == "" and reply.calls[1]["prompt_tokens"] == 100
 
 
+@pytest.mark.slow
 def test_server_errors_and_hangs_are_retried_with_backoff_until_the_retries_run_out(client):
     faults = Faults(["500", "hang", "500"], hang_s=3)
     with ScriptedLLMServer(faults) as server:

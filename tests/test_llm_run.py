@@ -61,6 +61,7 @@ def event_kinds(tmp_path):
 
 
 @pytest.mark.parametrize("transport", ["litellm", "http"])
+@pytest.mark.slow
 def test_a_run_through_every_fault_completes_its_budget_and_records_every_failure(tmp_path, builtin_tasks,
                                                                                    transport):
     plan = ["ok", "429", "ok", "500", "ok", "hang", "ok", "malformed", "truncated", "ok", "empty", "non_utf8"]

@@ -47,6 +47,7 @@ def test_a_task_out_of_memory_beside_a_search_is_prepared_again_with_the_device_
         ev.close()
 
 
+@pytest.mark.slow
 def test_an_evaluation_out_of_memory_beside_others_is_tried_again_alone_and_its_cost_recorded(pipelined, monkeypatch):
     asked, real = [], Evaluator._request
 
@@ -101,6 +102,7 @@ def test_an_evaluation_still_out_of_memory_alone_on_the_gpu_is_tried_once_more_w
         ev.close()
 
 
+@pytest.mark.slow
 def test_running_out_of_memory_is_told_by_the_exception_not_by_the_message(pipelined):
     """The sandbox decides on the exception it caught: PyTorch's OutOfMemoryError is out of memory
     (and tried again alone on a GPU); a candidate's own error that merely says "out of memory" is not,

@@ -88,6 +88,7 @@ def test_strict_offers_split_precision_only_and_kernelbench_offers_plain_tf32_to
         DotPrecision(tolerance="loose")
 
 
+@pytest.mark.slow
 def test_a_split_precision_child_runs_and_is_checked_like_any_child():
     # Under Triton's interpreter the precision changes nothing: this checks that the child runs.
     child = DotPrecision().propose(_context(KERNEL), np.random.default_rng(0)).source

@@ -21,6 +21,7 @@ def racing():
     ev.close()
 
 
+@pytest.mark.slow
 def test_a_child_far_below_its_parent_keeps_the_short_round(racing):
     result = racing.evaluate("double", TASK, candidate(), race_bar=1e9)
     assert result.status == Status.CORRECT
@@ -74,6 +75,7 @@ def test_the_run_loop_races_children_against_their_parents_speedup(tmp_path, bui
     assert len(children) == 4 and all(bar is not None and bar > 0 for bar in children)
 
 
+@pytest.mark.slow
 def test_the_archive_keeps_how_each_child_was_timed_and_status_says_it(racing, tmp_path):
     from archive import Archive
     from archive.queries import ArchiveReader

@@ -39,6 +39,7 @@ def test_the_compute_floor_uses_the_peak_for_the_outputs_dtype():
     assert fraction(gemm, 20.0, PEAKS, declared_only=True) == pytest.approx(1e-3 / 20.0)  # counted FLOPs left out
 
 
+@pytest.mark.slow
 def test_counted_flops_show_the_bound_but_never_reject_a_kernel():
     # Peaks so low in FLOPs that the counted work is "faster than the hardware": shown, not held against it.
     settings = EvaluatorSettings(device="cpu", timeout_s=120, roofline_peaks={"bytes_per_s": 1e15, "flops_per_s": 1.0})

@@ -127,6 +127,7 @@ def test_a_failed_upgrade_rolls_back_entirely(tmp_path, monkeypatch):
     assert "speedup_noise" not in columns and "alembic_version" not in tables
 
 
+@pytest.mark.slow
 def test_resuming_a_run_with_a_corrupted_archive_fails_cleanly(tmp_path):
     from tests.test_cli import QUICK, evo
 

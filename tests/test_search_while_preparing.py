@@ -5,6 +5,7 @@ import json
 import threading
 import time
 
+import pytest
 from hydra import compose, initialize_config_module
 
 from evo import runner
@@ -44,6 +45,7 @@ class Evaluator(TrivialEvaluator):
         return super().score(task_name, task_source, source)
 
 
+@pytest.mark.slow
 def test_the_search_starts_with_the_first_task_and_the_others_join_as_they_are_prepared(tmp_path, monkeypatch):
     order = ["gelu", "row_sum", "softmax", "layernorm"]
     with initialize_config_module(config_module="conf", version_base="1.3"):

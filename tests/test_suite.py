@@ -7,6 +7,7 @@ NAMES = ["softmax", "layernorm", "rmsnorm", "gelu", "bias_gelu", "row_sum", "cro
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_seed_is_correct(cpu_evaluator, builtin_tasks, name):
     task = builtin_tasks[name]
     check = cpu_evaluator.check_task(task.name, task.source)

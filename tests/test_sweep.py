@@ -47,6 +47,7 @@ def test_an_island_runs_the_sweep_only_when_the_run_loop_asks():
     assert plain.propose(Context("t", "", parent, sweep=True)).note == "no sweep operator is configured"
 
 
+@pytest.mark.slow
 def test_a_new_elite_is_swept_and_its_sweep_children_start_no_sweep(tmp_path, builtin_tasks):
     archive = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
     settings = RunSettings(dir=str(tmp_path), seed=3, budget_evaluations=6, sweep_children=3)

@@ -5,10 +5,12 @@ import sys
 import threading
 import time
 
+import pytest
+
 from evaluator import Evaluator, EvaluatorSettings, Status
 from evaluator.worker import KERNEL_HELPERS, preload_kernel_helpers
-from tests.test_durability import sandbox_workers  # this test's live workers, by their scratch
 from tests.support.candidates import TASK, candidate
+from tests.test_durability import sandbox_workers  # this test's live workers, by their scratch
 
 
 def warmed(evaluator: Evaluator) -> Evaluator:
@@ -26,6 +28,7 @@ def test_warm_start_defaults_to_gpus_only():
         evaluator.close()
 
 
+@pytest.mark.slow
 def test_a_warm_started_pipeline_runs_before_its_first_evaluation_and_is_not_started_again(tmp_path):
     settings = EvaluatorSettings(device="cpu", warm_start=True, pipeline=2, compile_baseline=False)
     evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
@@ -40,6 +43,7 @@ def test_a_warm_started_pipeline_runs_before_its_first_evaluation_and_is_not_sta
     assert sandbox_workers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_request_during_the_warm_start_waits_for_it_instead_of_starting_a_second_worker(tmp_path):
     settings = EvaluatorSettings(device="cpu", warm_start=True, compile_baseline=False)
     evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))  # its worker starting in a thread
@@ -52,6 +56,7 @@ def test_a_request_during_the_warm_start_waits_for_it_instead_of_starting_a_seco
     assert sandbox_workers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_an_evaluator_closed_while_it_warms_leaves_no_worker_behind(tmp_path):
     settings = EvaluatorSettings(device="cpu", warm_start=True, pipeline=3, compile_baseline=False)
     Evaluator(settings, "cpu", scratch_root=str(tmp_path)).close()
@@ -65,6 +70,7 @@ def test_the_kernel_helpers_a_gpu_worker_preloads_exist_in_this_torch_and_triton
         importlib.import_module(name)
 
 
+@pytest.mark.slow
 def test_requests_from_two_threads_on_one_worker_take_turns():
     """As `evo eval` checks its task on the first worker while the warm start measures the GPU's
     peaks on it: each request gets its own reply, never the other's (one pipe carries both)."""
@@ -92,6 +98,7 @@ def test_requests_from_two_threads_on_one_worker_take_turns():
         evaluator.close()
 
 
+@pytest.mark.slow
 def test_the_baseline_worker_is_warm_started_where_a_cached_baseline_will_be_measured(tmp_path):
     settings = EvaluatorSettings(device="cpu", warm_start=True, compile_baseline=True, compile_backend="aot_eager")
     evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
@@ -112,6 +119,7 @@ def test_the_baseline_worker_is_warm_started_where_a_cached_baseline_will_be_mea
         live.close()
 
 
+@pytest.mark.slow
 def test_the_warm_start_tries_the_containment_so_the_first_evaluation_does_not(tmp_path):
     settings = EvaluatorSettings(device="cpu", warm_start=True, pipeline=2, compile_baseline=False)
     evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))
