@@ -57,6 +57,7 @@ class Evaluator:
         self.peaks = RooflinePeaks(lambda: self.settings.roofline_peaks, device,
                                    lambda worker: self._request("roofline_peaks", "", "", worker=worker))
         self._warming: list[threading.Thread] = []
+        self._closed = False  # no request is sent once set: an evaluation under way ends with its worker
         if settings.warm_start if settings.warm_start is not None else device == "cuda":
             self._warm_start()
 
@@ -99,6 +100,8 @@ class Evaluator:
 
     def _request(self, kind: str, task_name: str, task_source: str, *, worker: SandboxWorker | None = None,
                  **extra) -> dict:
+        if self._closed:  # closed under an evaluation (a run stopped mid-search): no worker started again
+            return {"sandbox": "closed", "reason": "the evaluator was closed before this request", "log": ""}
         timing = self.settings.timing if self.device == "cuda" else self.settings.cpu_timing
         request = WorkerRequest(
             kind=kind, task_name=task_name, task_source=task_source,
@@ -295,6 +298,7 @@ class Evaluator:
             thread.join()
 
     def close(self) -> None:
+        self._closed = True
         self.wait_warm()  # a worker started after its close would outlive the evaluator
         self.pool.close()
         self.baselines.close()

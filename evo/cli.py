@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evo.core.errors import EvoError
+from evo.core.errors import EvoError, Interrupted
 
 USAGE = __doc__
 
@@ -58,7 +58,7 @@ def _run_main() -> None:
         except EvoError as exc:
             if sweeping:
                 raise  # the job fails; the sweep summary records why
-            sys.exit(_fail(str(exc)))
+            sys.exit(_fail(str(exc), 130 if isinstance(exc, Interrupted) else 2))
 
     run()
 

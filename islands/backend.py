@@ -123,10 +123,15 @@ class LocalBackend:
         return merged([partial(e.prepare_stream, share) for e, share in zip(self.evaluators, shares) if share])
 
     def close(self) -> None:
-        self._proposal_pool.shutdown(wait=True, cancel_futures=True)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Queued work cancelled, then the evaluators closed before their threads are awaited: an
+        evaluation under way ends with its worker (a run stopped mid-search does not wait minutes for
+        it; the run's resume evaluates it again)."""
+        self._proposal_pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         for evaluator in self.evaluators:
             evaluator.close()
+        self._pool.shutdown(wait=True)
+        self._proposal_pool.shutdown(wait=True)
 
 
 def merged(streams: list[Callable[[], Iterable]]) -> Iterator:
