@@ -14,6 +14,7 @@ import queue
 import threading
 from dataclasses import dataclass
 
+from evaluator.reply import out_of_memory
 from evaluator.sandbox import SandboxWorker
 
 
@@ -28,8 +29,8 @@ class Preparation:
 
 def _out_of_memory(reply: dict) -> bool:
     """The reference's check ran out of GPU memory (its stage says so), or the seed's derivation did
-    (the sandbox's verdict on the exception): never words in an error message."""
-    return reply.get("stage") == "memory" or bool(reply.get("out_of_memory"))
+    (the sandbox's verdict, as for an evaluation: ``evaluator.reply.out_of_memory``)."""
+    return reply.get("stage") == "memory" or out_of_memory(reply)
 
 
 def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker,

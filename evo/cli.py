@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evo.core.errors import EvoError, Interrupted
+from evo.core.errors import EvoError
 
 USAGE = __doc__
 
@@ -58,7 +58,12 @@ def _run_main() -> None:
         except EvoError as exc:
             if sweeping:
                 raise  # the job fails; the sweep summary records why
-            sys.exit(_fail(str(exc), 130 if isinstance(exc, Interrupted) else 2))
+            sys.exit(_fail(str(exc)))
+        except KeyboardInterrupt:  # Ctrl-C, at start-up or mid-search: every commit is kept
+            if sweeping:
+                raise
+            sys.exit(_fail(f"interrupted; every committed change is kept: run `evo run run.dir={cfg.run.dir}` "
+                           "again to continue", 130))
 
     run()
 

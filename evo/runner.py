@@ -17,7 +17,7 @@ from archive import Archive, ArchiveError
 from evaluator import Evaluator, resolve_device
 from evaluator.containment import describe, probe
 from evo.config import Components
-from evo.core.errors import Interrupted, RunError, TaskError
+from evo.core.errors import RunError, TaskError
 from evo.core.run_dir import RUN_FILE, check_run_dir, lock_run_dir, write_atomically
 from evo.loop.arrivals import TaskArrivals
 from evo.loop.controller import Controller
@@ -194,10 +194,9 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
                                "again to continue") from None
         except KeyboardInterrupt:
             # The evaluations under way are stopped with their workers (the backend's close, below),
-            # not awaited: a resume evaluates them again.
+            # not awaited: a resume evaluates them again.  The CLI says how to go on.
             events("interrupted")
-            raise Interrupted(f"interrupted; every committed change is kept: run `evo run run.dir={run_dir}` "
-                              "again to continue") from None
+            raise
         finally:
             events.close()
         rows = summary_rows(archive, names)

@@ -23,7 +23,3 @@ class LLMError(EvoError):
 
 class RunError(EvoError):
     """A run ended without doing what it was started for (every task set aside, nothing evaluated)."""
-
-
-class Interrupted(EvoError):
-    """The run was stopped (Ctrl-C, SIGINT): what it committed is kept, and the same command resumes it."""
