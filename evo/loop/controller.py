@@ -32,6 +32,7 @@ from evo.loop.feedback import Feedback
 from evo.loop.late_baselines import LateBaselines
 from evo.loop.loop_state import LoopState
 from evo.loop.pacing import Pacing, switch_interval
+from evo.loop.readiness import Readiness
 from evo.loop.run_settings import RunSettings
 from evo.loop.scheduler import MAX_LOST_EVALUATIONS, EvaluationQueue
 from evo.loop.seeding import Seeding
@@ -85,7 +86,7 @@ class Controller:
         self.failed_in_a_row = 0
         self._task_cycle = {i: itertools.cycle(self.tasks) for i in range(backend.island_count)}
         self._island_shares = [0] * backend.island_count  # proposals started on each island in this session
-        self._ready: set[str] = set()  # tasks with at least one elite
+        self.readiness = Readiness(archive, lambda: list(self.tasks), self.seeding, events)
         self._proposals: dict[Future, _Out] = {}
         self.feedback = Feedback(steering, self.rng, events, settings.failures_shown, settings.sweep_children)
         self.prompts = self.feedback.prompts
@@ -105,7 +106,7 @@ class Controller:
         self.loop_state.restore(self.archive)  # continue where the last committed change left off
         self.children_done = self.archive.child_evaluation_count()
         self.late_baselines.resumed(self.tasks)  # rows of a session that ended before their baseline
-        self._ready = {name for name in self.tasks if self.archive.has_elites(name)}
+        self.readiness.load(self.tasks)
         self.stagnation = Stagnation.of_run(self.archive, list(self.tasks), self.migration.reseed_after,
                                             self.backend.island_count)
         for task, island in self.stagnation.stagnant():  # a run stopped before it could reseed them
@@ -134,8 +135,7 @@ class Controller:
             for task in piece.tasks:
                 self.tasks[task.name] = task
                 self._task_cycle = {i: itertools.cycle(list(self.tasks)) for i in range(self.backend.island_count)}
-                if self.archive.has_elites(task.name):
-                    self._ready.add(task.name)
+                self.readiness.load([task.name])
                 for program in self.archive.pending():  # a resumed run's, in flight when it stopped
                     if program.task == task.name:
                         self._evaluations.add(program)
@@ -208,9 +208,9 @@ class Controller:
             # island's slot stood idle.
             cap = most if left > requests * islands else requests
             room = [i for i in range(islands) if held[i] < cap]
-            seed_for = self._seed_task()  # seeds are outside the evaluation budget
-            searchable = self._ready if self.arrivals is None else \
-                self.arrivals.searchable(self._ready, len(self.tasks), left,
+            seed_for = self.readiness.seed_task(self._evaluations.programs(), self._tasks_out())  # seeds are outside the evaluation budget
+            searchable = self.readiness.ready if self.arrivals is None else \
+                self.arrivals.searchable(self.readiness.ready, len(self.tasks), left,
                                          any(p.operator == SEED for p in self._evaluations.programs()))
             if (not room or len(self._proposals) >= most * islands or self._evaluations.queued >= backlog
                     or (seed_for is None and (not searchable or left <= 0))):
@@ -224,7 +224,7 @@ class Controller:
             # The island with the fewest proposals out, then the fewest so far: a proposal given to an
             # island whose requests are all out waits there while another's slot may be idle.
             island = min(room, key=lambda i: (held[i], self._island_shares[i], i))
-            repair = self._next_repair(room, left) if model is not None else None
+            repair = self.readiness.next_repair(self.feedback.repairs, room, left, self._tasks_out()) if model is not None else None
             sweep = self.feedback.next_sweep(room) if repair is None and seed_for is None and left > 0 else None
             attempt, inspirations = 0, []
             if repair is not None:
@@ -233,7 +233,7 @@ class Controller:
                 (parent, attempt), island, task_name = sweep, sweep[0].island, sweep[0].task
             elif seed_for is not None and model is not None:
                 parent, task_name = None, seed_for
-                attempt = self.seeding.attempts[task_name] + self._attempts_out()[task_name]
+                attempt = self.seeding.attempts[task_name] + self.readiness.attempts_out(self._tasks_out())[task_name]
             else:
                 task_name = next(t for t in self._task_cycle[island] if t in searchable)
                 if self.arrivals is not None:
@@ -257,30 +257,9 @@ class Controller:
                                            fragment.id if fragment is not None else None)
             self._pacing.started(future)
 
-    def _next_repair(self, room: list[int], left: int) -> Program | None:
-        """The failed child to repair now, if its island has room; repairing a child of a task without a
-        correct program is an attempt at its first kernel, dropped once the task may make no more."""
-        repairs = self.feedback.repairs
-        while repairs and left > 0 and repairs[0].island in room:
-            program = repairs.popleft()
-            if (program.task in self._ready or self.seeding is None
-                    or self.seeding.may_attempt(program.task, self._attempts_out()[program.task])):
-                return program
-        return None
-
-    def _attempts_out(self) -> Counter:
-        """Proposals under way for each task without a correct program (attempts not yet counted)."""
-        return Counter(out.task for out in self._proposals.values() if out.task not in self._ready)
-
-    def _seed_task(self) -> str | None:
-        """The task the next seed proposal is for (evo.loop.seeding), if any: not one whose seed kernels
-        are still to be evaluated."""
-        if self.seeding is None or len(self._ready) == len(self.tasks):
-            return None
-        waiting = self._evaluations.programs()
-        shipped = {p.task for p in waiting if p.operator == SEED}
-        unready = [name for name in self.tasks if name not in self._ready and name not in shipped]
-        return self.seeding.next_task(unready, self._attempts_out(), Counter(p.task for p in waiting))
+    def _tasks_out(self) -> list[str]:
+        """The task of each proposal under way."""
+        return [out.task for out in self._proposals.values()]
 
     def _llm_budget_spent(self) -> None:
         if self.steering.budget.exhausted and not self._llm_stopped:
@@ -297,7 +276,7 @@ class Controller:
             self.steering.finish(model, proposal.llm_calls)
             model = proposal.llm_calls[-1]["model"] if proposal.llm_calls else None
         failure = proposal.note if proposal.source is None else None
-        attempt = self.seeding is not None and task not in self._ready  # at the task's first correct kernel
+        attempt = self.seeding is not None and task not in self.readiness.ready  # at the task's first correct kernel
         if attempt:
             self.seeding.attempted(task)
         if failure is None:
@@ -343,7 +322,7 @@ class Controller:
         if result.device and not self.hardware:
             self.hardware = result.device
         if insert is not Insert.NOT_ADDED:
-            self._ready.add(program.task)
+            self.readiness.became_ready(program.task)
             self.feedback.elite(program, result.speedup)
         if program.operator != SEED:  # made by an operator: its model, prompt and repair learn from it
             self.feedback.evaluated(program, result, insert)
@@ -365,20 +344,9 @@ class Controller:
         self._check_unseeded(program.task, f"{result.status.value}: {result.reason}")
 
     def _check_unseeded(self, task: str, last: str) -> None:
-        """A task without a correct program, with nothing of it under way, is set aside when no seed can
-        come any more (``last``: what the last attempt came to)."""
-        if (task in self._ready or any(p.task == task for p in self._evaluations.programs())
-                or any(out.task == task for out in self._proposals.values())):
-            return
-        if self.seeding is None:
-            self._set_aside(task, "seed_evaluation", f"its seed kernels all failed ({last})")
-        elif self.seeding.exhausted(task):
-            self._set_aside(task, "seed_evaluation", self.seeding.reason(task, last))
-
-    def _set_aside(self, task: str, stage: str, reason: str) -> None:
-        """The task is not searched further: recorded with why, and shown by status and report."""
-        self.archive.set_aside(task, stage, reason[:2000], self.tasks[task].files_hash)
-        self.events("task_set_aside", task=task, stage=stage, reason=reason)
+        under_way = (any(p.task == task for p in self._evaluations.programs())
+                     or any(out.task == task for out in self._proposals.values()))
+        self.readiness.check(task, last, under_way, self.tasks[task].files_hash)
 
     def _in_flight(self) -> dict:
         """What is under way: for the progress display and events.jsonl."""
@@ -397,7 +365,7 @@ class Controller:
 
     def _migrate(self) -> None:
         self.events("migrated", **migration_round(self.archive, self.migration, self.backend.island_count,
-                                                  self.settings.seed, self.children_done, sorted(self._ready)))
+                                                  self.settings.seed, self.children_done, sorted(self.readiness.ready)))
 
     def _reseed(self, task: str, island: int) -> None:
         done = self.stagnation.reseed(self.archive, task, island, self.backend.island_count)
