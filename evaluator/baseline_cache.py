@@ -1,6 +1,6 @@
 """torch.compile's time over eager for each task, measured once per task and device
 (``evaluator.compile_timing=cached``) on a sandbox worker of its own, beside the pipeline's
-evaluations, and applied to each of the task's results (``evaluator.reply.apply_baseline``)."""
+evaluations, and applied to each of the task's results (``evaluator.replies.apply_baseline``)."""
 from __future__ import annotations
 
 import hashlib
@@ -8,10 +8,11 @@ import threading
 import time
 from typing import Callable
 
+from evaluator.replies import CompileBaseline
 from evaluator.sandbox import SandboxWorker
 
-# request(kind, task_name, task_source, worker, **extra) -> the worker's reply
-Request = Callable[..., dict]
+# request(kind, task_name, task_source, worker, **extra) -> the worker's typed reply
+Request = Callable[..., CompileBaseline]
 
 
 class CompileBaselines:
@@ -69,14 +70,13 @@ class CompileBaselines:
                     with self.lock:
                         worker = self.made_worker()
                         reply = self._request("compile_baseline", task_name, task_source, worker=worker)
-                        if self._gated and reply.get("out_of_memory"):  # beside other evaluations: again, alone
+                        if self._gated and reply.out_of_memory:  # beside other evaluations: again, alone
                             reply = self._request("compile_baseline", task_name, task_source, worker=worker,
                                                   exclusive=True)
                 except Exception as exc:  # noqa: BLE001 (a worker closed under it, say): known, not awaited
-                    reply = {"error": f"the torch.compile baseline was not measured: {type(exc).__name__}: {exc}"}
-                if "ratio" not in reply:
-                    reply = {"error": reply.get("error") or "the torch.compile baseline gave no ratio"}
-                self._ratios[key] = reply
+                    reply = CompileBaseline(error=f"the torch.compile baseline was not measured: "
+                                                  f"{type(exc).__name__}: {exc}")
+                self._ratios[key] = reply.entry()
                 done.set()
             return self._ratios[key]
 

@@ -17,8 +17,9 @@ from evaluator.gate import TimingGate
 from evaluator.messages import WorkerRequest
 from evaluator.peaks import RooflinePeaks
 from evaluator.pool import WorkerPool
-from evaluator.preparation import Preparation, prepare_tasks
-from evaluator.reply import out_of_memory, result_of
+from evaluator.preparation import Preparation, PreparedTask, prepare_tasks
+from evaluator.replies import (DerivedSeed, EvaluationReply, TaskCheck, WorkerFailure, out_of_memory, read,
+                               result_of)
 from evaluator.result import EvalResult
 from evaluator.sandbox import SandboxWorker
 # The settings live in evaluator.settings; named here too, where configs and callers find them.
@@ -51,7 +52,7 @@ class Evaluator:
         self.workers = self.pool.workers
         self.worker = self.workers[0]  # checks and seeds at start-up
         # (settings and requests looked up when used: settings travel per request, and a test may
-        # stand in for the requests)
+        # stand in for the worker's answers, ``_send``)
         self.baselines = CompileBaselines(self._compile_baseline, lambda *a, **k: self._request(*a, **k),
                                           self._new_worker, gated=self.gate is not None)
         self.peaks = RooflinePeaks(lambda: self.settings.roofline_peaks, device,
@@ -99,9 +100,15 @@ class Evaluator:
         return worker
 
     def _request(self, kind: str, task_name: str, task_source: str, *, worker: SandboxWorker | None = None,
-                 **extra) -> dict:
+                 **extra):
+        """One request to a sandbox worker, its reply read into its kind's type (``evaluator.replies``)."""
+        return read(kind, self._send(kind, task_name, task_source, worker=worker, **extra), self.settings.timeout_s)
+
+    def _send(self, kind: str, task_name: str, task_source: str, *, worker: SandboxWorker | None = None,
+              **extra) -> dict:
+        """The request on the wire, and the worker's answer as it came (a JSON object)."""
         if self._closed:  # closed under an evaluation (a run stopped mid-search): no worker started again
-            return {"sandbox": "closed", "reason": "the evaluator was closed before this request", "log": ""}
+            return {"sandbox": "closed", "reason": "the evaluator was closed before this request"}
         timing = self.settings.timing if self.device == "cuda" else self.settings.cpu_timing
         request = WorkerRequest(
             kind=kind, task_name=task_name, task_source=task_source,
@@ -116,18 +123,7 @@ class Evaluator:
             isolate_network=self.settings.isolate_network, containment=self.settings.containment,
             compile_baseline=self._compile_baseline(), time_shapes=self.settings.time_shapes,
             tolerance=TOLERANCES[self.settings.tolerance], extra=extra)
-        reply = (worker or self.worker).request(request.as_message(), self.settings.timeout_s)
-        if kind != "evaluate" and ("sandbox" in reply or "harness_error" in reply):
-            what = {"check_task": "the reference", "compile_seed": "deriving the seed",
-                    "roofline_peaks": "measuring the GPU's peaks",
-                    "settle": "trying the candidates' containment"}.get(kind, "the torch.compile baseline")
-            if reply.get("sandbox") == "timeout":
-                error = f"{what} did not finish within evaluator.timeout_s={self.settings.timeout_s:g} s"
-            else:
-                error = reply.get("reason") or reply.get("harness_error")
-            return {"ok": False, "stage": reply.get("sandbox", "crashed"), "error": error,
-                    "traceback": reply.get("log", "")}
-        return reply
+        return (worker or self.worker).request(request.as_message(), self.settings.timeout_s)
 
     def _compile_baseline(self) -> dict | None:
         wanted = self.settings.compile_baseline
@@ -156,7 +152,7 @@ class Evaluator:
         try:
             peaks = {"roofline_peaks": self.peaks.get(worker)}
 
-            def attempt(**alone) -> dict:
+            def attempt(**alone) -> EvaluationReply:
                 return self._request("evaluate", task_name, task_source, worker=worker,
                                      candidate_source=candidate_source, race=race, **peaks, **alone)
 
@@ -174,7 +170,7 @@ class Evaluator:
                 oom_s = time.monotonic() - began
                 reply = attempt(exclusive=True)
         pending = False
-        if reply.get("ref_runtime_ms"):  # timed: its task's torch.compile baseline, measured if first
+        if isinstance(reply, EvalResult) and reply.ref_runtime_ms:  # timed: its task's torch.compile baseline, measured if first
             measured = time.monotonic()
             key = self.baselines.key(task_source) if late_baseline else None
             if key is not None and not self.baselines.known(key):
@@ -187,7 +183,7 @@ class Evaluator:
         over = plausibility.over_bound(result, entry, self.settings.plausible_speedup)
         if over is not None:
             result = self._reverify(task_name, task_source, candidate_source, result, over, entry, peaks)
-        if "sandbox" not in reply and "harness_error" not in reply:
+        if not isinstance(reply, WorkerFailure):
             if pending:
                 result.extra["compile_baseline"] = "pending"
             elif entry and "ratio" in entry and late_baseline:
@@ -225,12 +221,12 @@ class Evaluator:
         that came back before theirs (``late_baseline``)."""
         return self.baselines.settled(timeout_s)
 
-    def check_task(self, task_name: str, task_source: str) -> dict:
-        """Run the task's reference alone: ``{"ok": bool, "error"?, "stage"?, "warnings"?, "memory"?}``."""
+    def check_task(self, task_name: str, task_source: str) -> TaskCheck:
+        """Run the task's reference alone on every admissible shape set."""
         return self._request("check_task", task_name, task_source)
 
-    def compile_seed(self, task_name: str, task_source: str) -> dict:
-        """A seed kernel from torch.compile's Triton: ``{"ok": True, "source"}`` or ``{"ok": False, "error"}``."""
+    def compile_seed(self, task_name: str, task_source: str) -> DerivedSeed:
+        """A seed kernel from torch.compile's Triton, or why none came."""
         return self._request("compile_seed", task_name, task_source)
 
     @property
@@ -240,12 +236,12 @@ class Evaluator:
             return self.settings.prepare_workers
         return max(1, min(8, (os.cpu_count() or 2) // 2)) if self.device == "cuda" else 1
 
-    def prepare(self, tasks: list[Preparation], parallel: int = 1) -> dict[str, dict]:
+    def prepare(self, tasks: list[Preparation], parallel: int = 1) -> dict[str, PreparedTask]:
         """Check the references of ``tasks`` and derive the seeds they ask for, ``parallel`` at a time
-        (each in a sandbox worker of its own): ``{name: {"check": reply, "seed": reply | None}}``."""
+        (each in a sandbox worker of its own), by name."""
         return dict(self.prepare_stream(tasks, parallel))
 
-    def prepare_stream(self, tasks: list[Preparation], parallel: int | None = None) -> Iterator[tuple[str, dict]]:
+    def prepare_stream(self, tasks: list[Preparation], parallel: int | None = None) -> Iterator[tuple[str, PreparedTask]]:
         """:meth:`prepare`, each task's ``(name, outcome)`` yielded as soon as it is known (``parallel``:
         None for :attr:`prepare_workers`).  Its workers are its own, members of the timing gate while
         they work: a search may go on beside them (their GPU work stopped while a candidate times,
@@ -258,7 +254,7 @@ class Evaluator:
             made.append(self._new_worker())
             return made[-1]
 
-        def request(worker: SandboxWorker, kind: str, name: str, source: str) -> dict:
+        def request(worker: SandboxWorker, kind: str, name: str, source: str) -> TaskCheck | DerivedSeed:
             return self._request(kind, name, source, worker=worker)
 
         def run() -> None:

@@ -189,7 +189,7 @@ def evaluate(request: dict) -> EvalResult:
             result = _evaluate(request, device)
     except Failure as failure:
         result = EvalResult(status=failure.status, reason=failure.reason, error=failure.error)
-        if failure.out_of_memory:  # the host tries it again alone on the GPU (evaluator.reply.out_of_memory)
+        if failure.out_of_memory:  # the host tries it again alone on the GPU (evaluator.replies.out_of_memory)
             result.extra["out_of_memory"] = True
     result.device = _device_name(device)
     result.wall_s = time.monotonic() - start

@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
+from evaluator.replies import MeasuredPeaks
 from evaluator.sandbox import SandboxWorker
 
 
 class RooflinePeaks:
-    def __init__(self, configured: Callable[[], dict | None], device: str, measure: Callable[[SandboxWorker], dict]):
+    def __init__(self, configured: Callable[[], dict | None], device: str, measure: Callable[[SandboxWorker], MeasuredPeaks]):
         """``configured()``: the settings' peaks, if any (read when asked: settings travel per request);
         ``measure(worker)``: the ``roofline_peaks`` request's reply."""
         self.configured, self.device, self._measure = configured, device, measure
@@ -24,8 +25,8 @@ class RooflinePeaks:
             return configured
         with self._lock:
             if self._peaks is None:
-                reply = self._measure(worker)
-                self._failures += "bytes_per_s" not in reply
-                if "bytes_per_s" in reply or self._failures >= 3:  # else tried again next time
-                    self._peaks = reply if "bytes_per_s" in reply else {}  # {}: no roofline fraction
+                peaks = self._measure(worker).peaks
+                self._failures += peaks is None
+                if peaks is not None or self._failures >= 3:  # else tried again next time
+                    self._peaks = peaks or {}  # {}: no roofline fraction
             return self._peaks or None

@@ -14,7 +14,7 @@ import queue
 import threading
 from dataclasses import dataclass
 
-from evaluator.reply import out_of_memory
+from evaluator.replies import DerivedSeed, TaskCheck
 from evaluator.sandbox import SandboxWorker
 
 
@@ -27,15 +27,23 @@ class Preparation:
     seed: bool
 
 
-def _out_of_memory(reply: dict) -> bool:
-    """The reference's check ran out of GPU memory (its stage says so), or the seed's derivation did
-    (the sandbox's verdict, as for an evaluation: ``evaluator.reply.out_of_memory``)."""
-    return reply.get("stage") == "memory" or out_of_memory(reply)
+@dataclass(frozen=True)
+class PreparedTask:
+    """A task's preparation: its reference's check, and its derived seed where one was asked
+    (None: not asked, or the check failed)."""
+
+    check: TaskCheck
+    seed: DerivedSeed | None = None
+
+    @property
+    def out_of_memory(self) -> bool:
+        """The check or the derivation ran out of the GPU's memory (the sandbox's verdict)."""
+        return self.check.out_of_memory or bool(self.seed and self.seed.out_of_memory)
 
 
 def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker,
-                  on_outcome=None, alone=None) -> dict[str, dict]:
-    """``{name: {"check": reply, "seed": reply | None}}`` for ``tasks``.
+                  on_outcome=None, alone=None) -> dict[str, PreparedTask]:
+    """Each of ``tasks`` prepared, by name.
 
     ``request(worker, kind, name, source)`` sends one request to a :class:`SandboxWorker`;
     ``make_worker()`` starts one.  Workers beyond the first are closed at the end.
@@ -45,16 +53,16 @@ def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker,
     prepared again under it, as it is, without it, when it ran beside other preparations.
     """
     tell = on_outcome or (lambda name, outcome: None)
-    results: dict[str, dict] = {}
+    results: dict[str, PreparedTask] = {}
     todo: queue.Queue[Preparation] = queue.Queue()
     for task in tasks:
         todo.put(task)
     lock = threading.Lock()
 
-    def prepare(worker: SandboxWorker, task: Preparation) -> dict:
+    def prepare(worker: SandboxWorker, task: Preparation) -> PreparedTask:
         check = request(worker, "check_task", task.name, task.source)
-        seed = request(worker, "compile_seed", task.name, task.source) if check.get("ok") and task.seed else None
-        return {"check": check, "seed": seed}
+        seed = request(worker, "compile_seed", task.name, task.source) if check.ok and task.seed else None
+        return PreparedTask(check, seed)
 
     def drain(worker: SandboxWorker) -> None:
         while True:
@@ -65,7 +73,7 @@ def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker,
             outcome = prepare(worker, task)
             with lock:
                 results[task.name] = outcome
-            if not (again and _failed_for_memory(outcome)):  # else: again, alone
+            if not (again and outcome.out_of_memory):  # else: again, alone
                 tell(task.name, outcome)
 
     count = max(1, min(parallel, len(tasks)))
@@ -79,7 +87,7 @@ def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker,
             thread.join()
         if again:  # what failed for memory in company is tried again alone
             for task in tasks:
-                if _failed_for_memory(results[task.name]):
+                if results[task.name].out_of_memory:
                     for extra in workers[1:]:
                         extra.close()
                     del workers[1:]
@@ -91,6 +99,3 @@ def prepare_tasks(request, tasks: list[Preparation], parallel: int, make_worker,
             worker.close()
     return results
 
-
-def _failed_for_memory(outcome: dict) -> bool:
-    return _out_of_memory(outcome["check"]) or bool(outcome["seed"] and _out_of_memory(outcome["seed"]))

@@ -120,8 +120,8 @@ def eval_command(args: list[str]) -> int:
     evaluator = Evaluator(settings, device, 0 if device == "cuda" else None)
     try:
         check = evaluator.check_task(task.name, task.source)
-        if not check.get("ok"):
-            return _fail(f"the reference of task {task.name} ({task.path}) failed: {check.get('error')}")
+        if not check.ok:
+            return _fail(f"the reference of task {task.name} ({task.path}) failed: {check.error}")
         result = evaluator.evaluate(task.name, task.source, source)
     finally:
         evaluator.close()

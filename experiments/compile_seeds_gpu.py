@@ -42,13 +42,13 @@ def main() -> None:
         took = time.monotonic() - t0
         own = ev.evaluate(task.name, task.source, task.seeds[0])
         own_text = f"{own.speedup:.3f}x" if own.speedup else own.status.value
-        if not reply.get("ok"):
-            lines.append(f"| {task.name} | no seed: {reply.get('error', '')[:90]} | - | - | - | {own_text} | {took:.1f} |")
+        if not reply.ok:
+            lines.append(f"| {task.name} | no seed: {reply.error[:90]} | - | - | - | {own_text} | {took:.1f} |")
             print(lines[-1], flush=True)
             continue
-        (out / "seeds" / f"{task.name}.py").write_text(reply["source"])
+        (out / "seeds" / f"{task.name}.py").write_text(reply.source)
         derived.append(task)
-        r = ev.evaluate(task.name, task.source, reply["source"])
+        r = ev.evaluate(task.name, task.source, reply.source)
         if r.correct:
             roof = f"{r.roofline_fraction:.1%}" if r.roofline_fraction is not None else "-"
             lines.append(f"| {task.name} | correct | {r.speedup:.3f}x | {r.speedup_vs_compiled or 0:.3f}x | {roof} | "

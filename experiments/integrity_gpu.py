@@ -82,24 +82,24 @@ def kernelbench_candidates(folders: list[str], settings: EvaluatorSettings, work
     if not problems:
         return [], []
     texts = {stem: path.read_text() for stem, path in problems.items()}
-    outcomes: dict[str, dict] = {}
+    outcomes: dict = {}  # stem -> PreparedTask
     deriver = Evaluator(dataclasses.replace(settings, warm_start=False), "cuda", 0)  # starts nothing
     try:
         for stem, outcome in deriver.prepare_stream([Preparation(s, t, True) for s, t in texts.items()], workers):
             outcomes[stem] = outcome
-            seed = outcome["seed"] or {}
-            print(f"derive kb:{stem}: {'ok' if seed.get('ok') else 'no seed'}", file=sys.stderr, flush=True)
+            print(f"derive kb:{stem}: {'ok' if outcome.seed and outcome.seed.ok else 'no seed'}", file=sys.stderr,
+                  flush=True)
     finally:
         deriver.close()
     seeded, not_seeded = [], []
     for stem, path in problems.items():
-        check, seed = outcomes[stem]["check"], outcomes[stem]["seed"] or {}
-        if not check.get("ok"):
-            reason = f"the reference failed: {check.get('error')}"
-        elif not seed.get("ok"):
-            reason = f"no seed derived: {seed.get('error')}"
+        check, seed = outcomes[stem].check, outcomes[stem].seed
+        if not check.ok:
+            reason = f"the reference failed: {check.error}"
+        elif not (seed and seed.ok):
+            reason = f"no seed derived: {seed and seed.error}"
         else:
-            seeded.append({"name": f"kb:{stem}", "task": stem, "task_source": texts[stem], "source": seed["source"],
+            seeded.append({"name": f"kb:{stem}", "task": stem, "task_source": texts[stem], "source": seed.source,
                            "honest": True, "path": str(path)})
             continue
         not_seeded.append({"name": f"kb:{stem}", "path": str(path), "reason": reason[:400]})

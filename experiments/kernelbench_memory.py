@@ -33,15 +33,14 @@ def measure(paths: list[str], settings: EvaluatorSettings) -> list[dict]:
                                    for t in tasks if not t.seeds], evaluator.prepare_workers)
         prepare_s = time.monotonic() - began
         for task in tasks:
-            check, seed = prepared[task.name]["check"], (seeds.get(task.name) or {}).get("seed")
-            row = dict(task=task.name, reference_ok=bool(check.get("ok")),
-                       reference_peak_mb=(check.get("memory") or {}).get("reference_peak_mb"),
-                       device_mb=(check.get("memory") or {}).get("device_mb"), prepare_s=round(prepare_s, 1))
-            source = task.seeds[0] if task.seeds else (seed or {}).get("source")
-            if not check.get("ok"):
-                row.update(status="set aside", reason=check.get("error"))
+            check, seed = prepared[task.name].check, seeds[task.name].seed if task.name in seeds else None
+            row = dict(task=task.name, reference_ok=check.ok, reference_peak_mb=check.memory.get("reference_peak_mb"),
+                       device_mb=check.memory.get("device_mb"), prepare_s=round(prepare_s, 1))
+            source = task.seeds[0] if task.seeds else (seed.source if seed else None)
+            if not check.ok:
+                row.update(status="set aside", reason=check.error)
             elif source is None:
-                row.update(status="no seed", reason=(seed or {}).get("error"))
+                row.update(status="no seed", reason=seed.error if seed else None)
             else:
                 result = evaluator.evaluate(task.name, task.source, source)
                 memory = result.extra.get("memory") or {}

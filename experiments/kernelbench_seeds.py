@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from evaluator import Evaluator, EvaluatorSettings, Preparation
+from evaluator import DerivedSeed, Evaluator, EvaluatorSettings, Preparation
 from evaluator.evaluator import TimingSettings
 
 @dataclass(frozen=True)
@@ -265,12 +265,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def keep_capture(folder: Path, name: str, reply: dict) -> None:
+def keep_capture(folder: Path, name: str, reply) -> None:
     """Inductor's output, dynamo's graph inputs and the seed of one problem, as files."""
     folder.mkdir(exist_ok=True)
     stem = name.replace("/", "__")
-    for suffix, text in (("inductor.py.txt", reply.get("inductor_code")), ("seed.py", reply.get("source")),
-                         ("graph_inputs.json", json.dumps(reply.get("graph_inputs")))):
+    for suffix, text in (("inductor.py.txt", reply.inductor_code), ("seed.py", reply.source),
+                         ("graph_inputs.json", json.dumps(reply.graph_inputs))):
         if text:
             (folder / f"{stem}.{suffix}").write_text(text)
 
@@ -317,15 +317,15 @@ def main() -> None:
                                  timing=TimingSettings(warmup=2, warmup_s=0.1, reps=args.reps, budget_s=args.budget_s),
                                  pipeline=args.time_workers)
 
-    def record(name: str, outcome: dict, batch_s: float) -> None:
-        check, reply = outcome["check"], outcome.get("seed") or {}
+    def record(name: str, outcome, batch_s: float) -> None:  # outcome: a PreparedTask
+        check, reply = outcome.check, outcome.seed or DerivedSeed(ok=False)
         if args.captures:
             keep_capture(out / "captures", name, reply)
-        error = reply.get("error") or ("" if check.get("ok") else f"the reference failed: {check.get('error')}")
-        results.update(name, seed=reply.get("source"), derive={
-            "ok": bool(reply.get("ok")), "error": str(error)[:400], "seconds": round(batch_s, 1),
-            "traceback": (reply.get("traceback") or check.get("traceback") or "")[-2000:]})
-        print(f"derive {name}: {'ok' if reply.get('ok') else str(error)[:120]}", flush=True)
+        error = reply.error or ("" if check.ok else f"the reference failed: {check.error}")
+        results.update(name, seed=reply.source, derive={
+            "ok": reply.ok, "error": str(error)[:400], "seconds": round(batch_s, 1),
+            "traceback": (reply.traceback or check.traceback or "")[-2000:]})
+        print(f"derive {name}: {'ok' if reply.ok else str(error)[:120]}", flush=True)
 
     if args.seeds_from:
         for row in rows:

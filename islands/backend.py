@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Callable, Iterable, Iterator, Protocol, runtime_checkable
 
-from evaluator import EvalResult, Evaluator, Preparation
+from evaluator import DerivedSeed, EvalResult, Evaluator, Preparation, PreparedTask, TaskCheck
 from islands.island import Island
 from operators.base import Context, Proposal
 
@@ -52,13 +52,13 @@ class Backend(Protocol):
     def placement(self) -> dict | None:
         """Where each island and evaluator runs (nodes of a cluster); None where all run in this process."""
 
-    def check_task(self, task_name: str, task_source: str) -> dict: ...
+    def check_task(self, task_name: str, task_source: str) -> TaskCheck: ...
 
-    def compile_seed(self, task_name: str, task_source: str) -> dict: ...
+    def compile_seed(self, task_name: str, task_source: str) -> DerivedSeed: ...
 
-    def prepare(self, tasks: list[Preparation]) -> dict[str, dict]: ...
+    def prepare(self, tasks: list[Preparation]) -> dict[str, PreparedTask]: ...
 
-    def prepare_stream(self, tasks: list[Preparation]) -> Iterator[tuple[str, dict]]: ...
+    def prepare_stream(self, tasks: list[Preparation]) -> Iterator[tuple[str, PreparedTask]]: ...
 
     def close(self) -> None: ...
 
@@ -106,18 +106,18 @@ class LocalBackend:
     def placement(self) -> None:
         return None
 
-    def check_task(self, task_name: str, task_source: str) -> dict:
+    def check_task(self, task_name: str, task_source: str) -> TaskCheck:
         return self.evaluators[0].check_task(task_name, task_source)
 
-    def compile_seed(self, task_name: str, task_source: str) -> dict:
+    def compile_seed(self, task_name: str, task_source: str) -> DerivedSeed:
         return self.evaluators[0].compile_seed(task_name, task_source)
 
-    def prepare(self, tasks: list[Preparation]) -> dict[str, dict]:
+    def prepare(self, tasks: list[Preparation]) -> dict[str, PreparedTask]:
         """Every task's reference checked and its seed derived if asked, spread over the evaluators
-        (each preparing several tasks at once): ``{name: {"check", "seed"}}``."""
+        (each preparing several tasks at once), by name."""
         return dict(self.prepare_stream(tasks))
 
-    def prepare_stream(self, tasks: list[Preparation]) -> Iterator[tuple[str, dict]]:
+    def prepare_stream(self, tasks: list[Preparation]) -> Iterator[tuple[str, PreparedTask]]:
         """:meth:`prepare`, each task's ``(name, outcome)`` as soon as it is known."""
         shares = [tasks[i::len(self.evaluators)] for i in range(len(self.evaluators))]
         return merged([partial(e.prepare_stream, share) for e, share in zip(self.evaluators, shares) if share])

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable, Iterator
 
-from evaluator import EvalResult, Evaluator, EvaluatorSettings, Preparation
+from evaluator import DerivedSeed, EvalResult, Evaluator, EvaluatorSettings, Preparation, PreparedTask, TaskCheck
 from evaluator.evaluator import evaluation_slots
 from islands.backend import merged
 from islands.island import Island
@@ -272,17 +272,17 @@ class RayBackend:
                 "evaluators": [self._nodes[f"evaluator {n}"] for n in range(len(self.evaluators))],
                 "nodes": sum(1 for n in self._ray.nodes() if n["Alive"])}
 
-    def check_task(self, task_name: str, task_source: str) -> dict:
+    def check_task(self, task_name: str, task_source: str) -> TaskCheck:
         return self._ray.get(self.evaluators[0].check_task.remote(task_name, task_source))
 
-    def compile_seed(self, task_name: str, task_source: str) -> dict:
+    def compile_seed(self, task_name: str, task_source: str) -> DerivedSeed:
         return self._ray.get(self.evaluators[0].compile_seed.remote(task_name, task_source))
 
-    def prepare(self, tasks: list[Preparation]) -> dict[str, dict]:
+    def prepare(self, tasks: list[Preparation]) -> dict[str, PreparedTask]:
         """As :meth:`islands.backend.LocalBackend.prepare`, on the evaluator actors."""
         return dict(self.prepare_stream(tasks))
 
-    def prepare_stream(self, tasks: list[Preparation]) -> Iterator[tuple[str, dict]]:
+    def prepare_stream(self, tasks: list[Preparation]) -> Iterator[tuple[str, PreparedTask]]:
         """As :meth:`islands.backend.LocalBackend.prepare_stream`: each actor's outcomes streamed
         (a Ray generator) as its workers finish them."""
         shares = [tasks[i::len(self.evaluators)] for i in range(len(self.evaluators))]

@@ -6,6 +6,7 @@ import time
 import pytest
 
 from archive import Archive
+from evaluator import PreparedTask, TaskCheck
 from evo.loop.arrivals import TaskArrivals
 from evo.loop.controller import Controller
 from evo.views.progress import RunEvents
@@ -90,7 +91,7 @@ class StreamingBackend(StandInBackend):
         for name in self.order:
             if name in wanted:
                 ok = name not in self.failing
-                yield name, {"check": {"ok": ok, **({} if ok else {"error": "boom"})}, "seed": None}
+                yield name, PreparedTask(TaskCheck(ok=ok, error="" if ok else "boom"))
 
 
 def test_prepare_stream_yields_each_task_as_it_ends_and_prepare_tasks_keeps_the_task_order(builtin_tasks):

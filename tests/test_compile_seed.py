@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
+from evaluator import DerivedSeed
 from evaluator.compile_seed import NoSeed, seed_from_inductor
 from evo.core.kernel_source import find_tunables
 from evo.core.task import load_tasks
@@ -144,10 +145,10 @@ def test_graph_inputs_must_match_the_wrapper():
 class SeedingBackend(StandInBackend):
     """Every reference passes, seeds come from ``reply``."""
 
-    def __init__(self, reply: dict):
+    def __init__(self, reply: DerivedSeed):
         self.reply, self.asked = reply, []
 
-    def compile_seed(self, task_name, task_source) -> dict:
+    def compile_seed(self, task_name, task_source) -> DerivedSeed:
         self.asked.append(task_name)
         return self.reply
 
@@ -165,13 +166,13 @@ def test_a_task_without_seed_gets_one_from_torch_compile_on_gpus():
         return prepare_tasks(tasks, backend, on_gpu=on_gpu, compile_seeds=compile_seeds, llm=llm, earlier={},
                              has_programs=set(), console=quiet)
 
-    backend = SeedingBackend({"ok": True, "source": "SEED"})
+    backend = SeedingBackend(DerivedSeed(ok=True, source="SEED"))
     prepared = prepare(backend, [task, seeded])
     assert [t.seeds for t in prepared.tasks] == [("SEED",), ("MINE",)] and backend.asked == ["t"]
     prepared = prepare(backend, [task], compile_seeds=False)
     assert not prepared.tasks and prepared.set_aside[0].stage == "seed"
     assert "has no seed kernel" in prepared.set_aside[0].reason and "compile_seeds" in prepared.set_aside[0].reason
-    failing = SeedingBackend({"ok": False, "error": "the graph calls extern_kernels"})
+    failing = SeedingBackend(DerivedSeed(ok=False, error="the graph calls extern_kernels"))
     aside = prepare(failing, [task]).set_aside[0]
     assert "torch.compile gave none: the graph calls extern_kernels" in aside.reason and "llm.model" in aside.reason
     assert prepare(failing, [task], llm=True).tasks == [task]  # the LLM writes its seeds
@@ -181,7 +182,7 @@ def test_a_task_without_seed_gets_one_from_torch_compile_on_gpus():
 def test_the_cpu_evaluator_explains_that_compile_seeds_need_a_gpu(evaluator):
     task = load_tasks("default", names=["gelu"])[0]
     reply = evaluator.compile_seed(task.name, task.source)
-    assert reply["ok"] is False and "need a GPU" in reply["error"]
+    assert reply.ok is False and "need a GPU" in reply.error
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="inductor on the CPU needs a C++ compiler")

@@ -136,14 +136,14 @@ def test_a_workers_gpu_is_counted_among_those_this_process_sees(monkeypatch, tmp
 
 
 def test_check_task_reports_a_failing_reference(evaluator):
-    assert evaluator.check_task("double", TASK)["ok"]
+    assert evaluator.check_task("double", TASK).ok
     failing = TASK.replace("return x * 2.0", "raise RuntimeError('reference broke')")
     check = evaluator.check_task("double", failing)
-    assert not check["ok"] and "reference broke" in check["error"]
+    assert not check.ok and check.stage == "reference" and "reference broke" in check.error
     constant = TASK.replace("return x * 2.0", "return torch.ones(3)")
-    assert evaluator.check_task("double", constant)["warnings"]
+    assert evaluator.check_task("double", constant).warnings
     nearly_constant = TASK.replace("return x * 2.0", "return 1.0 + 1e-7 * x")
-    assert "barely depends" in evaluator.check_task("double", nearly_constant)["warnings"][0]
+    assert "barely depends" in evaluator.check_task("double", nearly_constant).warnings[0]
 
 
 def test_result_round_trips_through_a_dict():

@@ -166,7 +166,7 @@ def test_the_baseline_starts_with_the_first_evaluation_of_its_task_not_after_it(
             log.append((kind, "answered", time.monotonic()))
             return reply
 
-        monkeypatch.setattr(ev, "_request", request)
+        monkeypatch.setattr(ev, "_send", request)
         try:
             for source in ("a", "b"):
                 ev.evaluate("double", TASK, source)
@@ -343,7 +343,7 @@ def test_preparation_streams_each_task_and_its_workers_are_gate_members_while_th
             time.sleep(0.5)
         return {"ok": True}
 
-    monkeypatch.setattr(ev, "_request", request)
+    monkeypatch.setattr(ev, "_send", request)
     try:
         tasks = [Preparation("slow", TASK, False), Preparation("fast", TASK, False)]
         assert [name for name, _ in ev.prepare_stream(tasks, parallel=2)] == ["fast", "slow"]
@@ -362,7 +362,7 @@ def test_a_reference_is_checked_through_the_gate_of_a_pipeline():
     ev = Evaluator(EvaluatorSettings(device="cpu", timeout_s=60, pipeline=2), "cpu")
     try:
         outcome = ev.prepare([Preparation("double", TASK, False)], parallel=1)["double"]
-        assert outcome["check"]["ok"], outcome
+        assert outcome.check.ok, outcome
         assert ev.gate._members == ev.workers and not ev.gate._compiling
     finally:
         ev.close()

@@ -137,8 +137,8 @@ def get_init_inputs():
     return []
 '''
     reply = gpu_evaluator.check_task("oom", task)
-    assert reply["ok"] is False and reply["stage"] == "memory", reply
-    assert "ran out of GPU memory" in reply["error"] and "tried to allocate" in reply["error"]
+    assert reply.ok is False and reply.stage == "memory" and reply.out_of_memory, reply
+    assert "ran out of GPU memory" in reply.error and "tried to allocate" in reply.error
 
 
 def test_an_evaluation_records_its_memory_peak_beside_the_references(gpu_evaluator, builtin_tasks):

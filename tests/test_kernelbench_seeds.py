@@ -243,10 +243,10 @@ def test_every_idiom_gets_a_correct_seed_on_the_gpu():
     evaluator = Evaluator(EvaluatorSettings(device="cuda", timeout_s=300), "cuda", 0)
     try:
         outcomes = evaluator.prepare([Preparation(n, problem(n), True) for n in names], parallel=4)
-        failures = {n: (o["check"].get("error"), (o["seed"] or {}).get("error")) for n, o in outcomes.items()
-                    if not (o["seed"] or {}).get("ok")}
+        failures = {n: (o.check.error, o.seed and o.seed.error) for n, o in outcomes.items()
+                    if not (o.seed and o.seed.ok)}
         assert not failures
-        results = {n: evaluator.evaluate(n, problem(n), outcomes[n]["seed"]["source"]) for n in names}
+        results = {n: evaluator.evaluate(n, problem(n), outcomes[n].seed.source) for n in names}
     finally:
         evaluator.close()
     wrong = {n: r.reason for n, r in results.items() if r.status is not Status.CORRECT}

@@ -29,7 +29,7 @@ def slow_baseline(monkeypatch):
             return {"ratio": 0.5}
         return dict(CORRECT)
 
-    monkeypatch.setattr(ev, "_request", request)
+    monkeypatch.setattr(ev, "_send", request)
     yield ev, release, asked
     release.set()
     ev.close()
@@ -77,7 +77,7 @@ def test_a_baseline_whose_request_raises_is_settled_as_an_error(monkeypatch):
             raise RuntimeError("worker closed")
         return dict(CORRECT)
 
-    monkeypatch.setattr(ev, "_request", request)
+    monkeypatch.setattr(ev, "_send", request)
     try:
         ev.evaluate("double", TASK, "a", late_baseline=True)
         settled = ev.settled_baselines(timeout_s=10)

@@ -30,7 +30,7 @@ def test_a_task_out_of_memory_beside_a_search_is_prepared_again_with_the_device_
             return {"ok": False, "stage": "memory", "error": "CUDA out of memory beside the others"}
         return {"ok": True}
 
-    monkeypatch.setattr(ev, "_request", request)
+    monkeypatch.setattr(ev, "_send", request)
     try:
         in_flight = ev.pool.take()  # an evaluation under way
         outcome = {}
@@ -40,7 +40,7 @@ def test_a_task_out_of_memory_beside_a_search_is_prepared_again_with_the_device_
         assert idle_when_checked == [1]  # checked once beside it; again only once it is over
         ev.pool.give(in_flight)
         preparing.join(10)
-        assert idle_when_checked == [1, 0] and outcome["big"]["check"]["ok"]
+        assert idle_when_checked == [1, 0] and outcome["big"].check.ok
         assert ev.pool.idle() == 2  # the pipeline's workers back
     finally:
         monkeypatch.undo()
@@ -49,7 +49,7 @@ def test_a_task_out_of_memory_beside_a_search_is_prepared_again_with_the_device_
 
 @pytest.mark.slow
 def test_an_evaluation_out_of_memory_beside_others_is_tried_again_alone_and_its_cost_recorded(pipelined, monkeypatch):
-    asked, real = [], Evaluator._request
+    asked, real = [], Evaluator._send
 
     def request(self, kind, task_name, task_source, **extra):
         if kind == "evaluate":
@@ -60,7 +60,7 @@ def test_an_evaluation_out_of_memory_beside_others_is_tried_again_alone_and_its_
                         "extra": {"out_of_memory": True}}
         return real(self, kind, task_name, task_source, **extra)
 
-    monkeypatch.setattr(Evaluator, "_request", request)
+    monkeypatch.setattr(Evaluator, "_send", request)
     result = pipelined.evaluate("double", TASK, candidate())
     assert result.status is Status.CORRECT, result.reason
     assert asked == [False, True]
@@ -81,7 +81,7 @@ def test_an_evaluation_still_out_of_memory_alone_on_the_gpu_is_tried_once_more_w
                     "extra": {"out_of_memory": True}}
         return {"status": "correct", "reason": "passed", "speedup": 1.0}
 
-    monkeypatch.setattr(ev, "_request", request)
+    monkeypatch.setattr(ev, "_send", request)
     try:
         in_flight = ev.pool.take()  # another evaluation under way
         out = {}
@@ -107,12 +107,16 @@ def test_running_out_of_memory_is_told_by_the_exception_not_by_the_message(pipel
     """The sandbox decides on the exception it caught: PyTorch's OutOfMemoryError is out of memory
     (and tried again alone on a GPU); a candidate's own error that merely says "out of memory" is not,
     so it cannot buy itself the GPU alone."""
-    from evaluator.reply import out_of_memory
+    from evaluator.replies import out_of_memory, read
 
     real = pipelined.evaluate("double", TASK, candidate("raise torch.OutOfMemoryError('CUDA out of memory.')"))
     said = pipelined.evaluate("double", TASK, candidate("raise RuntimeError('CUDA out of memory. (it says)')"))
     assert real.status is Status.RUNTIME_ERROR and real.extra.get("out_of_memory") is True, real.reason
     assert said.status is Status.RUNTIME_ERROR and "out_of_memory" not in said.extra, said.reason
-    assert out_of_memory({"status": "runtime_error", "reason": "CUDA out of memory", "extra": {}}) is False
-    assert out_of_memory({"status": "runtime_error", "extra": {"out_of_memory": True}}) is True
-    assert out_of_memory({"harness_error": "x", "out_of_memory": True}) is True
+    def told(raw):  # as the worker's answer is read on the host
+        return out_of_memory(read("evaluate", raw, 60))
+
+    assert told({"status": "runtime_error", "reason": "CUDA out of memory", "extra": {}}) is False
+    assert told({"status": "runtime_error", "extra": {"out_of_memory": True}}) is True
+    assert told({"harness_error": "x", "out_of_memory": True}) is True
+    assert told({"sandbox": "memory", "reason": "used 9000 MiB of host memory"}) is False  # the host's, not the GPU's

@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from archive import Archive
 from archive.queries import ArchiveReader
+from evaluator import DerivedSeed
 from evo.config import build
 from evo.core.errors import ConfigError, RunDirError
 from evo.core.task import SUITE_DIR, load_task
@@ -162,7 +163,7 @@ def test_a_resume_takes_the_stored_seed_or_failure_and_derives_nothing(tmp_path)
                              has_programs=set(), console=console,
                              stored=(lambda t: stored_seed(reader, t)) if reader else None)
 
-    backend = CountingBackend({"ok": True, "source": "class ModelNew: pass\n"})
+    backend = CountingBackend(DerivedSeed(ok=True, source="class ModelNew: pass\n"))
     prepared = prepare(backend)
     assert backend.calls == 1 and prepared.tasks[0].seeds == ("class ModelNew: pass\n",)
     assert prepared.derived["gelu"].ok  # for the run to store
@@ -182,7 +183,7 @@ def test_a_resume_takes_the_stored_seed_or_failure_and_derives_nothing(tmp_path)
     (aside,) = prepared.set_aside
     assert aside.stage == "seed" and "not tried again" in aside.reason and "graph break" in aside.reason
     reader.close()
-    failing = CountingBackend({"ok": False, "error": "an aten fallback"})
+    failing = CountingBackend(DerivedSeed(ok=False, error="an aten fallback"))
     prepared = prepare(failing)
     assert not prepared.derived["gelu"].ok and prepared.derived["gelu"].error == "an aten fallback"
     assert "an aten fallback" in prepared.set_aside[0].reason

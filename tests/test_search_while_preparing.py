@@ -8,6 +8,7 @@ import time
 import pytest
 from hydra import compose, initialize_config_module
 
+from evaluator import PreparedTask, TaskCheck
 from evo import runner
 from evo.config import build, to_yaml
 from islands import Island, LocalBackend
@@ -30,8 +31,7 @@ class SlowlyPreparingBackend(LocalBackend):
             time.sleep(self.delay)
             self.prepared_at[name] = time.monotonic()
             ok = name not in self.failing
-            yield name, {"check": {"ok": True} if ok else {"ok": False, "error": "ValueError: broken reference"},
-                         "seed": None}
+            yield name, PreparedTask(TaskCheck(ok=True) if ok else TaskCheck(ok=False, error="ValueError: broken reference"))
 
 
 class Evaluator(TrivialEvaluator):

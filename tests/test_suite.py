@@ -11,7 +11,7 @@ NAMES = ["softmax", "layernorm", "rmsnorm", "gelu", "bias_gelu", "row_sum", "cro
 def test_seed_is_correct(cpu_evaluator, builtin_tasks, name):
     task = builtin_tasks[name]
     check = cpu_evaluator.check_task(task.name, task.source)
-    assert check["ok"] and not check["warnings"], check
+    assert check.ok and not check.warnings, check
     result = cpu_evaluator.evaluate(task.name, task.source, task.seeds[0])
     assert result.status is Status.CORRECT, (result.reason, result.error)
     assert result.shapes_checked >= 3  # the small, awkward shapes

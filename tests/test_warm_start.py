@@ -49,7 +49,7 @@ def test_a_request_during_the_warm_start_waits_for_it_instead_of_starting_a_seco
     evaluator = Evaluator(settings, "cpu", scratch_root=str(tmp_path))  # its worker starting in a thread
     try:
         reply = evaluator.check_task("double", TASK)
-        assert reply["ok"], reply
+        assert reply.ok, reply
         assert evaluator.worker.restarts == 0  # one start: the warm start's
     finally:
         evaluator.close()
@@ -92,8 +92,8 @@ def test_requests_from_two_threads_on_one_worker_take_turns():
                 time.sleep(0.05)
             for thread in threads:
                 thread.join(90)
-            assert replies["slow"]["ok"], replies
-            assert not replies["broken"]["ok"] and "broken reference" in replies["broken"]["error"], replies
+            assert replies["slow"].ok, replies
+            assert not replies["broken"].ok and "broken reference" in replies["broken"].error, replies
     finally:
         evaluator.close()
 
@@ -126,16 +126,16 @@ def test_the_warm_start_tries_the_containment_so_the_first_evaluation_does_not(t
     try:
         for worker in warmed(evaluator).workers:  # each worker already holds the trial's outcome
             again = evaluator._request("settle", "", "", worker=worker)
-            assert again["ok"] and again["tried_now"] is False, again
+            assert again.ok and again.tried_now is False, again
         result = evaluator.evaluate("double", TASK, candidate())
         assert result.status is Status.CORRECT, result.reason
-        off = again["containment_off"]
+        off = again.containment_off
         assert result.extra["containment"].get("namespaces_off", "") == off["namespaces_off"]
     finally:
         evaluator.close()
     cold = Evaluator(EvaluatorSettings(device="cpu", compile_baseline=False), "cpu", scratch_root=str(tmp_path))
     try:
         first = cold._request("settle", "", "", worker=cold.worker)  # no warm start: tried by this request
-        assert first["ok"] and first["tried_now"] is True
+        assert first.ok and first.tried_now is True
     finally:
         cold.close()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from rich.console import Console
 
-from evaluator import Preparation
+from evaluator import DerivedSeed, Preparation, PreparedTask, TaskCheck
 from evo.core.task import Task
 from evo.loop.seed_store import StoredSeed
 
@@ -111,18 +111,17 @@ def prepare_stream(tasks: list[Task], backend: Backend, *, on_gpu: bool, compile
                         tried=_tried(compile_seeds, on_gpu), console=console)
 
 
-def _prepared(task: Task, outcome: dict, known: StoredSeed | None, *, has_programs: bool, llm: bool, tried: str,
+def _prepared(task: Task, outcome: PreparedTask, known: StoredSeed | None, *, has_programs: bool, llm: bool, tried: str,
               console: Console) -> Prepared:
     """One task's preparation decided: searched (with its seed, if derived), or set aside."""
-    check, seed = outcome["check"], outcome.get("seed")
+    check, seed = outcome.check, outcome.seed
     derived = {}
     if seed is not None:
-        derived[task.name] = StoredSeed(source=seed["source"] if seed.get("ok") else None,
-                                        error=None if seed.get("ok") else str(seed.get("error")),
-                                        stored_at=time.time())
+        derived[task.name] = StoredSeed(source=seed.source if seed.ok else None,
+                                        error=None if seed.ok else seed.error, stored_at=time.time())
     elif known is not None:
-        seed = {"ok": known.ok, "source": known.source, "error": known.message(task)}
-    for warning in check.get("warnings", []):
+        seed = DerivedSeed(ok=known.ok, source=known.source, error=known.message(task) or "")
+    for warning in check.warnings:
         console.print(f"[yellow]task {task.name}: {warning}", soft_wrap=True)
     decided = _decide(task, check, seed, has_programs=has_programs, llm=llm, tried=tried)
     if isinstance(decided, SetAside):
@@ -146,19 +145,19 @@ def _tried(compile_seeds: bool, on_gpu: bool) -> str:
     return "torch.compile was not asked: run.compile_seeds=false" if not compile_seeds else ""
 
 
-def _decide(task: Task, check: dict, seed: dict | None, *, has_programs: bool, llm: bool,
+def _decide(task: Task, check: TaskCheck, seed: DerivedSeed | None, *, has_programs: bool, llm: bool,
             tried: str) -> Task | SetAside:
-    if not check.get("ok"):
-        if check.get("stage") in ("memory", "timeout"):  # the error says what the reference did
-            return SetAside(task.name, check["stage"], str(check.get("error")), task.files_hash)
-        return SetAside(task.name, "reference", f"the reference failed: {check.get('error')}", task.files_hash)
+    if not check.ok:
+        if check.stage in ("memory", "host_memory", "timeout"):  # the error says what the reference did
+            return SetAside(task.name, check.stage, check.error, task.files_hash)
+        return SetAside(task.name, "reference", f"the reference failed: {check.error}", task.files_hash)
     if task.seeds or has_programs:
         return task
-    if seed and seed.get("ok"):
-        return dataclasses.replace(task, seeds=(seed["source"],))
+    if seed and seed.ok:
+        return dataclasses.replace(task, seeds=(seed.source,))
     if llm:
         return task
-    why = f"torch.compile gave none: {seed.get('error')}" if seed else tried
+    why = f"torch.compile gave none: {seed.error}" if seed else tried
     return SetAside(task.name, "seed", seedless(task, why), task.files_hash)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 from types import SimpleNamespace
 
+from evaluator import DerivedSeed, PreparedTask, TaskCheck
+
 
 def done(value) -> Future:
     future = Future()
@@ -28,11 +30,11 @@ class StandInEvaluator:
     def settled_baselines(self) -> dict:
         return {}
 
-    def check_task(self, task_name: str, task_source: str) -> dict:
-        return {"ok": True}
+    def check_task(self, task_name: str, task_source: str) -> TaskCheck:
+        return TaskCheck(ok=True)
 
-    def compile_seed(self, task_name: str, task_source: str) -> dict:
-        return {"ok": False, "error": "a stand-in evaluator derives no seed"}
+    def compile_seed(self, task_name: str, task_source: str) -> DerivedSeed:
+        return DerivedSeed(ok=False, error="a stand-in evaluator derives no seed")
 
     def prepare_stream(self, tasks):
         return prepared(self, tasks)
@@ -44,8 +46,8 @@ class StandInEvaluator:
 def prepared(answers, tasks):
     """Each task's preparation as ``answers``' ``check_task`` and ``compile_seed`` say."""
     for task in tasks:
-        yield task.name, {"check": answers.check_task(task.name, task.source),
-                          "seed": answers.compile_seed(task.name, task.source) if task.seed else None}
+        yield task.name, PreparedTask(answers.check_task(task.name, task.source),
+                                      answers.compile_seed(task.name, task.source) if task.seed else None)
 
 
 class StandInBackend:
@@ -70,11 +72,11 @@ class StandInBackend:
     def placement(self) -> None:
         return None
 
-    def check_task(self, task_name, task_source) -> dict:
-        return {"ok": True}
+    def check_task(self, task_name, task_source) -> TaskCheck:
+        return TaskCheck(ok=True)
 
-    def compile_seed(self, task_name, task_source) -> dict:
-        return {"ok": False, "error": "a stand-in backend derives no seed"}
+    def compile_seed(self, task_name, task_source) -> DerivedSeed:
+        return DerivedSeed(ok=False, error="a stand-in backend derives no seed")
 
     def prepare(self, tasks) -> dict:
         return dict(self.prepare_stream(tasks))
