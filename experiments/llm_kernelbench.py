@@ -3,19 +3,23 @@ field reports it (issue 35, deliverable 3).
 
     python experiments/llm_kernelbench.py KERNELBENCH_DIR --model MODEL [--api-key-env VAR] \\
         [--api-base URL] [--calls-per-problem 10] [--problems 'level1/*' ...] [--limit N] \\
-        [--out DIR] [--device auto|cuda|cpu] [--timeout-s S] [-- more evo run overrides]
+        [--out DIR] [--device auto|cuda|cpu] [--tolerance kernelbench|strict] [--timeout-s S] \\
+        [-- more evo run overrides]
 
 KERNELBENCH_DIR is the folder that holds ``level1/``, ``level2/``, ... (``KernelBench/KernelBench`` in
 its repository), one level's folder, or a single problem file.  Each problem is one ``evo run`` of its
 own (``--out/runs/<level>/<problem>``) with ``llm.budget.calls`` = ``--calls-per-problem`` (the LLM's
 first kernels and their repairs included), LLM operators only and no torch.compile seeds unless asked
-(``--offline``, ``--compile-seeds``): the figures are the model's.  Per problem: correct or not, the
-fastest correct kernel's speedup over eager and over torch.compile, LLM requests, tokens and dollars
-(the run's ``llm_calls``).  Overall, per level and for all: fast_0, fast_1, fast_1.5, fast_2 over eager
-and over torch.compile, geometric means (``evo.views.fast_p``), tokens and dollars per problem.
-Writes ``results.json`` and ``results.md`` under ``--out`` with the command, model, device, date and
-engine version, and prints the tables.  A problem with a record under ``--out/problems`` is skipped
-(resume: run the same command again); one whose run was cut off is resumed from its run dir.
+(``--offline``, ``--compile-seeds``): the figures are the model's.  Outputs are checked with
+KernelBench's tolerances (atol = rtol = 1e-2) where a problem sets none, as its published fast_p.
+
+Per problem: correct or not, the fastest correct kernel's speedup over eager and over torch.compile,
+LLM requests, tokens and dollars (the run's ``llm_calls``).  Per level and for all: fast_0, fast_1,
+fast_1.5, fast_2 over eager and over torch.compile, geometric means (``evo.views.fast_p``), tokens and
+dollars per problem.  Writes ``results.json`` and ``results.md`` under ``--out`` with the command,
+model, device, date and engine version, and prints the tables.  A problem with a record under
+``--out/problems`` is skipped (resume: run the same command again); one whose run was cut off is
+resumed from its run dir.
 """
 from __future__ import annotations
 
@@ -105,7 +109,7 @@ def run_overrides(args, offline_off: list[str]) -> list[str]:
             f"run.budget.evaluations={n}",
             # The model's first kernels may take the whole budget, one attempt (or repair) at a time.
             f"run.llm_seed_attempts={n}", "run.llm_seeds=1",
-            f"evaluator.device={args.device}", "run.progress=false"]
+            f"evaluator.device={args.device}", f"evaluator.tolerance={args.tolerance}", "run.progress=false"]
     if args.api_base:
         keys.append(f"llm.api_base={_quoted(args.api_base)}")
     if args.api_key_env:
@@ -182,6 +186,21 @@ def run_problem(path: Path, out: Path, keys: list[str], timeout_s: float | None)
     return row
 
 
+def same_settings(out: Path, keys: list[str]) -> None:
+    """Records under ``out`` are kept only for the search they were made with: the ``evo run`` keys,
+    where the endpoint is (its port, say) aside.  Saved with the first run, compared on each later one."""
+    search = [k for k in keys if not k.startswith(("llm.api_base=", "llm.api_key_env="))]
+    saved = out / "settings.json"
+    if not saved.is_file():
+        saved.write_text(json.dumps({"evo_run": search}, indent=1))
+        return
+    before = json.loads(saved.read_text())["evo_run"]
+    if before != search:
+        changed = sorted(set(before) ^ set(search))
+        raise SystemExit(f"{out} holds results of another search ({', '.join(changed)} differ): give another "
+                         "--out, or the same settings to go on with it")
+
+
 def warnings_for(args) -> list[str]:
     out = []
     if args.scripted:
@@ -207,6 +226,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, help="the first N problems (after --problems)")
     parser.add_argument("--out", type=Path, help="results and run dirs (default runs/llm_kernelbench/<model>)")
     parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    parser.add_argument("--tolerance", default="kernelbench", choices=("kernelbench", "strict"),
+                        help="where a problem sets none: KernelBench's atol = rtol = 1e-2, as its published fast_p "
+                             "(default), or the engine's strict ones")
     parser.add_argument("--timeout-s", type=float, help="wall-clock limit per problem (its run is then stopped)")
     parser.add_argument("--offline", action="store_true", help="keep the offline operators (confounds the model)")
     parser.add_argument("--compile-seeds", action="store_true",
@@ -230,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
     keys = run_overrides(args, offline_operator_overrides())
+    same_settings(out, keys)
     warnings = warnings_for(args)
     for line in warnings:
         print(line, flush=True)

@@ -104,11 +104,14 @@ def test_a_model_is_scored_per_problem_and_per_level_with_tokens_dollars_the_com
         again = capsys.readouterr().out
         assert len(server.requests) == requests and again.count("done before, kept") == 3
         assert json.loads((out / "results.json").read_text())["problems"] == result["problems"]
+        with pytest.raises(SystemExit, match="another search"):  # another budget never mixes with these records
+            bench.main([a if a != "3" else "4" for a in args])  # --calls-per-problem 4
     assert "plumbing, not a model" in printed and result["warnings"][0] == bench.SCRIPTED_WARNING
     assert "plumbing, not a model" in (out / "results.md").read_text()
     assert result["command"].startswith("python experiments/llm_kernelbench.py ") and "--calls-per-problem 3" in \
         result["command"]
     assert result["model"] == "openai/scripted" and result["calls_per_problem"] == 3
+    assert result["tolerance"] == ["kernelbench"], "KernelBench's tolerances, as its published fast_p"
     assert "llm.budget.calls=3" in result["evo_run_overrides"] and "operators.constants.weight=0" in \
         result["evo_run_overrides"]
     assert result["engine"] and result["engine"][0].startswith("0.1.0") and result["devices"] and result["date"]
