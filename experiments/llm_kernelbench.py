@@ -55,23 +55,23 @@ CPU_NOTE = ("device cpu: kernels run in Triton's interpreter, so only correctnes
 
 
 def problem_files(folder: Path, patterns: list[str], limit: int | None) -> list[Path]:
-    """The problem files under ``folder`` (its ``level*`` folders where it has them), in level and
-    problem-number order, keeping those whose path relative to ``folder`` (or name) matches a pattern."""
+    """The problem files of ``folder``'s ``level*`` folders (at any depth: KernelBench's repository works
+    too), or of ``folder`` itself without them, in level and problem-number order; with ``patterns``,
+    those whose ``<level>/<file>`` or file name matches one."""
     if folder.is_file():
         return [folder]
-    levels = sorted(p for p in folder.iterdir() if p.is_dir() and p.name.startswith("level"))
-    candidates = [f for level in levels for f in level.glob("*.py")] if levels else list(folder.rglob("*.py"))
+    levels = sorted(p for p in folder.rglob("level*") if p.is_dir())
+    candidates = [f for level in levels for f in level.glob("*.py")] if levels else list(folder.glob("*.py"))
 
     def order(path: Path):
         number = re.match(r"\d+", path.name)
-        return (str(path.parent.relative_to(folder)), int(number.group()) if number else 0, path.name)
+        return (str(path.parent), int(number.group()) if number else 0, path.name)
 
     found = []
     for path in sorted(candidates, key=order):
-        relative = str(path.relative_to(folder))
-        if path.name.startswith("_") or "seeds" in path.relative_to(folder).parts[:-1]:
-            continue
-        if patterns and not any(fnmatch.fnmatch(relative, p) or fnmatch.fnmatch(path.name, p) for p in patterns):
+        named = f"{path.parent.name}/{path.name}"
+        if path.name.startswith("_") or (patterns and not any(fnmatch.fnmatch(named, p) or
+                                                              fnmatch.fnmatch(path.name, p) for p in patterns)):
             continue
         source = path.read_text(encoding="utf-8", errors="replace")
         if all(re.search(rf"^(class|def) {name}\b", source, re.MULTILINE) for name in REQUIRED_NAMES):

@@ -86,9 +86,10 @@ PROBLEM_COLUMNS = ("problem", "correct", "vs eager", "vs compile", "LLM calls", 
 
 def problem_cells(r: dict) -> list[str]:
     note = "timed out" if r["timed_out"] else (r["set_aside"] or r["error"] or "")
-    return [r["problem"], "yes" if r["correct"] else "no", _x(r["speedup"]), _x(r["speedup_vs_compiled"]),
-            str(r["llm_calls"]), str(r["prompt_tokens"]), str(r["completion_tokens"]), f"{r['usd']:.4f}",
-            f"{r['wall_s']:.0f}", note if len(note) <= 80 else note[:77] + "..."]
+    calls = f"{r['llm_calls']}" + (f" ({r['llm_errors']} failed)" if r["llm_errors"] else "")
+    return [r["problem"], "yes" if r["correct"] else "no", _x(r["speedup"]), _x(r["speedup_vs_compiled"]), calls,
+            str(r["prompt_tokens"]), str(r["completion_tokens"]), f"{r['usd']:.4f}", f"{r['wall_s']:.0f}",
+            note if len(note) <= 80 else note[:77] + "..."]
 
 
 def _header(result: dict) -> list[str]:

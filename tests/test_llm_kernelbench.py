@@ -157,6 +157,19 @@ def test_problem_files_are_the_levels_problems_in_order_picked_by_pattern_and_li
     assert names(bench.problem_files(root, ["level2/*", "2_*"], None)) == ["level1/2_a", "level2/1_d"]
     assert names(bench.problem_files(root, [], 2)) == ["level1/1_c", "level1/2_a"]
     assert names(bench.problem_files(root / "level2", [], None)) == ["level2/1_d"]
+    assert names(bench.problem_files(tmp_path, ["level1/1*"], None)) == ["level1/1_c", "level1/10_b"], \
+        "levels below the folder given (KernelBench's repository)"
+
+
+@pytest.mark.slow
+def test_an_endpoint_that_cannot_be_used_stops_the_benchmark_before_any_problem_is_scored(tmp_path):
+    root, out = kernelbench_folder(tmp_path), tmp_path / "out"
+    with ScriptedLLMServer(model) as server:
+        closed = server.api_base  # nothing answers there once the server is closed
+    with pytest.raises(SystemExit, match="failed before its search started: LLM model openai/scripted"):
+        bench.main([str(root), "--model", "openai/scripted", "--api-base", closed, "--device", "cpu", "--out", str(out),
+                    "--", "run.backend=local", "llm.retries=0"])
+    assert not (out / "problems").exists() and not (out / "results.json").exists()
 
 
 def test_a_local_endpoint_is_warned_about_and_the_model_reaches_evo_run_quoted_where_needed():
