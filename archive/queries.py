@@ -282,8 +282,11 @@ class ArchiveReader:
         return [dict(r, rate=_rate(r["correct"], r["calls"])) for r in rows]
 
     def llm_spend(self) -> dict:
+        """Request attempts (failed ones included), their dollars, failures and tokens."""
         return self._one(select(func.count(L.id).label("calls"), func.coalesce(func.sum(L.cost_usd), 0.0).label("cost_usd"),
-                                func.count(L.id).filter(L.error != "").label("errors")))
+                                func.count(L.id).filter(L.error != "").label("errors"),
+                                func.coalesce(func.sum(L.prompt_tokens), 0).label("prompt_tokens"),
+                                func.coalesce(func.sum(L.completion_tokens), 0).label("completion_tokens")))
 
     def cost_timeline(self) -> list[dict]:
         return self._rows(select(L.created_at, L.cost_usd).order_by(L.id))
