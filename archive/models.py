@@ -10,7 +10,7 @@ import time
 from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 8  # the number of the head revision in archive/migrations/versions
+SCHEMA_VERSION = 9  # the number of the head revision in archive/migrations/versions
 
 
 class Base(DeclarativeBase):
@@ -82,6 +82,10 @@ class EvaluationRow(Base):
     # Schema 8: the roofline's floor (the time no kernel can beat) and what sets it: memory | compute
     roofline_bound: Mapped[str | None] = mapped_column(String(16), nullable=True)
     floor_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Schema 9: both floors, and the kernels' profile (JSON: evaluator.kernel_profile), for LLM prompts
+    memory_floor_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    compute_floor_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    kernel_profile: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class EnvironmentRow(Base):

@@ -288,6 +288,14 @@ class ArchiveReader:
                                 func.coalesce(func.sum(L.prompt_tokens), 0).label("prompt_tokens"),
                                 func.coalesce(func.sum(L.completion_tokens), 0).label("completion_tokens")))
 
+    def prompts(self, program_ids: list[int]) -> dict[int, list[dict]]:
+        """program id -> the LLM calls that made it, oldest first: model, the prompt as sent, the error."""
+        out: dict[int, list[dict]] = {}
+        for r in self._rows(select(L.program_id, L.model, L.operator, L.prompt, L.error)
+                            .where(L.program_id.in_(list(program_ids))).order_by(L.id)):
+            out.setdefault(r["program_id"], []).append(r)
+        return out
+
     def cost_timeline(self) -> list[dict]:
         return self._rows(select(L.created_at, L.cost_usd).order_by(L.id))
 

@@ -36,6 +36,22 @@ BEST_THEN_RANDOM = BestThenRandom()
 _PROGRAM_CACHE_SIZE = 4096
 
 
+# What an evaluation row keeps of its result's ``extra`` for the LLM's prompts: floors, bound, kernels.
+_PROFILE_FIELDS = ("roofline_bound", "floor_ms", "memory_floor_ms", "compute_floor_ms", "kernel_profile")
+
+
+def profile_extra(row) -> dict:
+    """``EvalResult.extra`` as far as an evaluation row keeps it: ``roofline`` (the floors and the bound)
+    and ``kernel_profile`` (``evaluator.kernel_profile``), where measured."""
+    extra = {}
+    if row["floor_ms"] is not None:
+        extra["roofline"] = {"floor_ms": row["floor_ms"], "bound": row["roofline_bound"],
+                             "memory_ms": row["memory_floor_ms"], "compute_ms": row["compute_floor_ms"]}
+    if row["kernel_profile"]:
+        extra["kernel_profile"] = json.loads(row["kernel_profile"])
+    return extra
+
+
 def shape_timing_row(timing: dict, evaluation_id: int) -> dict:
     """A ``shape_timings`` row from one entry of ``EvalResult.extra["shape_timings"]``."""
     shape = ",".join(f"{k}={v}" for k, v in (timing.get("shape") or {}).items()) or "default"
@@ -223,8 +239,9 @@ class Archive(Exchange, Statistics):
                 reference_peak_mb=memory.get("reference_peak_mb"),
                 phases=json.dumps(extra["phases"]) if extra.get("phases") else None,
                 timing_round=json.dumps(extra["timing_round"]) if extra.get("timing_round") else None,
-                roofline_bound=roofline.get("bound"),
-                floor_ms=roofline.get("floor_ms")))
+                roofline_bound=roofline.get("bound"), floor_ms=roofline.get("floor_ms"),
+                memory_floor_ms=roofline.get("memory_ms"), compute_floor_ms=roofline.get("compute_ms"),
+                kernel_profile=json.dumps(extra["kernel_profile"]) if extra.get("kernel_profile") else None))
             if shapes:
                 evaluation_id = row.inserted_primary_key[0]
                 c.execute(sql.INSERT_SHAPE_TIMING, [shape_timing_row(s, evaluation_id) for s in shapes])
@@ -317,7 +334,8 @@ class Archive(Exchange, Statistics):
             return []
         latest = (select(func.max(sql.EVALUATIONS.c.id)).where(sql.EVALUATIONS.c.program_id == sql.PROGRAMS.c.id)
                   .correlate(sql.PROGRAMS).scalar_subquery())
-        rows = c.execute(select(sql.PROGRAMS, *(sql.EVALUATIONS.c[f] for f in self._RESULT_FIELDS))
+        columns = (sql.EVALUATIONS.c[f] for f in self._RESULT_FIELDS + _PROFILE_FIELDS)
+        rows = c.execute(select(sql.PROGRAMS, *columns)
                          .outerjoin(sql.EVALUATIONS, sql.EVALUATIONS.c.id == latest)
                          .where(sql.PROGRAMS.c.id.in_(ids))).mappings().all()
         links: dict[int, list] = {}
@@ -329,6 +347,7 @@ class Archive(Exchange, Statistics):
             result = None
             if r["status"] is not None:
                 result = EvalResult.from_dict({f: r[f] for f in self._RESULT_FIELDS})
+                result.extra = profile_extra(r)
             lineage = links.get(r["id"], [])
             by_id[r["id"]] = Program(
                 id=r["id"], task=r["task"], island=r["island"], generation=r["generation"],

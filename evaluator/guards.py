@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -45,6 +46,7 @@ _inside_launch = 0  # depth of interpreted launches under way: what the interpre
 _originals: dict[type, object] = {}
 _compiled: dict[str, dict] = {}
 _engine_kernels: set[int] = set()  # the engine's own kernels (evaluator.compare_kernels): not the candidate's
+_argument_bytes: dict[str, float] | None = None  # while recording (the profiled audit): kernel name -> bytes
 
 
 def engine_kernel(kernel):
@@ -98,9 +100,38 @@ def install_launch_counter() -> None:
                 _inside_launch -= _depth
             _launches += 1
             _record(compiled)
+            if _argument_bytes is not None:
+                _add_argument_bytes(compiled, (*args, *kwargs.values()))
             return compiled
 
         cls.run = counted
+
+
+def _add_argument_bytes(compiled, args) -> None:
+    """The bytes of the tensors a launch was passed, each storage once (a kernel's work, as far as the
+    host can see it), added to its kernel's."""
+    name = getattr(getattr(compiled, "metadata", None), "name", None)
+    if name is None:
+        return
+    storages = {}
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            size = min(value.numel() * value.element_size(), value.untyped_storage().nbytes())
+            key = value.untyped_storage().data_ptr()
+            storages[key] = max(storages.get(key, 0), size)
+    _argument_bytes[name] = _argument_bytes.get(name, 0.0) + sum(storages.values())
+
+
+@contextmanager
+def argument_bytes():
+    """While open, the tensor bytes each compiled kernel's launches were passed: ``{name: bytes}``
+    (for the profiled audit only: timed calls do not pay for it)."""
+    global _argument_bytes
+    recorded = _argument_bytes = {}
+    try:
+        yield recorded
+    finally:
+        _argument_bytes = None
 
 
 def launch_count() -> int:

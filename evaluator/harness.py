@@ -24,11 +24,27 @@ from evaluator.interpreter_state import StateWatch
 from evaluator.invoke import Invoker
 from evaluator.result import EvalResult, Status
 from evaluator.static_checks import static_rejection
-from evaluator import baseline, compile_seed, gate, memory, roofline, seed_capture
+from evaluator import baseline, compile_seed, gate, kernel_profile, memory, roofline, seed_capture
 from evaluator.gate import compile_sections, gpu_alone
 from evaluator.measure import measure, numel
 from evaluator.phases import Phases
 from evaluator.timing import L2_FLUSH_BYTES
+
+# The stage an evaluation failed at, by the phase it was in (``extra["stage"]``, shown to a repair).
+STAGES = {"smoke_s": "smoke test", "adversarial_s": "adversarial values", "shapes_s": "shape sets",
+          "timed_checks_s": "timed calls' checks", "reverify_s": "re-verification on fresh inputs"}
+
+
+class Stage:
+    """Where an evaluation is, named in the result of a failure: its step (``now``), refined by the
+    phase a failure left (``evaluator.phases.Phases.failed_in``) among those ``watched``."""
+
+    def __init__(self):
+        self.now, self.watched = "static checks", []
+
+    def failed(self) -> str:
+        inner = next((p.failed_in for p in self.watched if p.failed_in), "")
+        return STAGES.get(inner, self.now)
 
 
 def handle(request: dict) -> dict:
@@ -184,11 +200,13 @@ def evaluate(request: dict) -> EvalResult:
     # ``exclusive`` (an evaluation tried again after running out of GPU memory beside others):
     # the GPU alone from the start, not only while timing.
     whole = request.pop("gate_fds", None) if request.get("exclusive") else None
+    stage = Stage()
     try:
         with gpu_alone(whole):
-            result = _evaluate(request, device)
+            result = _evaluate(request, device, stage)
     except Failure as failure:
         result = EvalResult(status=failure.status, reason=failure.reason, error=failure.error)
+        result.extra["stage"] = stage.failed()
         if failure.out_of_memory:  # the host tries it again alone on the GPU (evaluator.replies.out_of_memory)
             result.extra["out_of_memory"] = True
     result.device = _device_name(device)
@@ -237,7 +255,7 @@ def _device_name(device: str) -> str:
     return "cpu (Triton interpreter)"
 
 
-def _evaluate(request: dict, device: str) -> EvalResult:
+def _evaluate(request: dict, device: str, stage: Stage) -> EvalResult:
     source = request["candidate_source"]
     rejection = static_rejection(source)
     if rejection:
@@ -263,12 +281,13 @@ def _evaluate(request: dict, device: str) -> EvalResult:
         watch = StateWatch(problem, reference, operators=operators)
     if device.startswith("cuda"):  # in a pipeline, this candidate's JIT compiles overlap another's timing
         compile_sections(request.get("gate_fds"), torch.cuda.synchronize)
+    stage.now = "loading the module"
     try:
         candidate = _load_module(source, scratch, "candidate")
     except Exception as exc:
         raise Failure(Status.COMPILE_ERROR, f"loading the candidate: {type(exc).__name__}: {exc}",
                        error_text(exc)) from exc
-    model = None
+    model, stage.now = None, "building ModelNew"
     if on_device:
         try:
             model = _build(candidate.ModelNew, problem, device)
@@ -288,7 +307,7 @@ def _evaluate(request: dict, device: str) -> EvalResult:
     invoker = Invoker(model, device)  # every call of the candidate from here on
     try:
         return _checked_and_timed(request, device, problem, reference, invoker, watch, shapes, phases, began,
-                                  reference_bytes)
+                                  reference_bytes, stage)
     except Failure as failure:
         if failure.status is not Status.REJECTED:  # a reference the candidate altered fails the checks too
             watch.check("when its checks failed", dispatcher=True)
@@ -312,10 +331,12 @@ def _reference_alone(problem, reference, shapes, seed: int, device: str):
 
 
 def _checked_and_timed(request: dict, device: str, problem, reference, invoker, watch, shapes, phases, began,
-                       reference_bytes) -> EvalResult:
+                       reference_bytes, stage: Stage) -> EvalResult:
     phases["load_s"] = time.monotonic() - began
     verifier = Verifier(problem, reference, invoker, device, watch, request.get("tolerance"))
+    stage.now, stage.watched = "correctness checks", [verifier.phases, phases]
     checks = verifier.run(shapes, list(request["seeds"]))
+    stage.now = "timing"
     phases["checks_s"] = time.monotonic() - began - phases["load_s"]
     phases.update(verifier.phases)
     checks_bytes = memory.phase_peak(device)
@@ -355,6 +376,9 @@ def _checked_and_timed(request: dict, device: str, problem, reference, invoker, 
                               L2_FLUSH_BYTES if device.startswith("cuda") else 0)
     if footprint:
         extra["memory"] = footprint
+    profile = measured.pop("kernel_profile", None)
+    if profile is not None:  # on a GPU: each kernel's compiled facts and occupancy beside its device time
+        extra["kernel_profile"] = kernel_profile.with_compiled(profile, kernels, kernel_profile.sm_limits(device))
     for key in ("compile_baseline_error", "shape_timings", "timed_checks", "timing_round", "timed_reps", "timed_batches"):
         value = measured.pop(key, None)
         if value is not None:

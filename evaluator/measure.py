@@ -1,11 +1,12 @@
 """Timing inside the evaluation (run in the sandboxed child, after the checks): the candidate side by
 side with eager and the torch.compile baseline, racing, the timed calls' own checks, the roofline
-fraction and per-shape timings; the seconds of each part added to the evaluation's phases."""
+fraction, the profiled calls' kernels (``evaluator.kernel_profile``) and per-shape timings; the
+seconds of each part added to the evaluation's phases."""
 from __future__ import annotations
 
 import torch
 
-from evaluator import baseline, roofline
+from evaluator import baseline, kernel_profile, roofline
 from evaluator.calls import call, make_inputs
 from evaluator.compare import digest
 from evaluator.guards import compiled_kernels
@@ -108,6 +109,13 @@ def measure(request: dict, problem, reference, invoker, shapes: list[dict], seed
                                 # what the hardware limit is held to: the task's own declarations only
                                 "checked_fraction": roofline.fraction(work, pair.candidate.median_ms, peaks,
                                                                       declared_only=True)}
+    verified = measured["timed_checks"] or {}
+    if "device_times" in verified:  # the audited batch's profile (on a GPU): kernel by kernel
+        device_times = verified.pop("device_times")
+        measured["kernel_profile"] = kernel_profile.breakdown(
+            device_times["times"], verified["profiled_calls"], set(device_times["own"]),
+            device_times["argument_bytes"], work.flops, peaks.bytes_per_s if peaks else None,
+            peaks.flops_for(work.dtype) if peaks else None)
     if "compiled" in timed:
         measured["compiled_runtime_ms"] = timed["compiled"].baseline.median_ms
         measured["speedup_vs_compiled"] = timed["compiled"].ratio

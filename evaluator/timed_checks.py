@@ -35,7 +35,8 @@ import torch
 
 from evaluator.calls import Failure, call, call_candidate, clone, make_inputs
 from evaluator.compare import digest, flatten, mismatch
-from evaluator.guards import CandidateMonitor, call_violation
+from evaluator.guards import CandidateMonitor, argument_bytes, call_violation
+from evaluator.kernel_profile import aggregate
 from evaluator.result import Status
 
 MB = 1 << 20
@@ -220,7 +221,7 @@ def audit(timed: TimedCalls, calls: int, kernel_names: set[str], minimum: float)
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, argument_bytes() as moved:
         torch.cuda._sleep(1000)  # the marker: PyTorch's spin_kernel, on the caller's stream
         run()
         torch.cuda.synchronize()
@@ -239,6 +240,9 @@ def audit(timed: TimedCalls, calls: int, kernel_names: set[str], minimum: float)
                       f"only {share.share:.0%} of the device time of {calls} timed calls is in the candidate's "
                       f"own Triton kernels (at least {minimum:.0%} needed); the rest: {share.top_others()}")
     verified.update(triton_share=round(share.share, 4), profiled_calls=calls, stream_checked=marker is not None)
+    # Where the device time went, by kernel: for the LLM's prompt (evaluator.kernel_profile), taken out
+    # of what was verified by the caller, which knows the work and the peaks.
+    verified["device_times"] = {"times": aggregate(kernels), "own": sorted(kernel_names), "argument_bytes": moved}
     return verified
 
 

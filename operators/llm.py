@@ -19,6 +19,11 @@ from operators.prompting import check_template, render
 from operators.replies import apply_diff, code_from_reply
 
 
+# Tokens a prompt is trimmed towards (operators.prompting's rule): room for a KernelBench reference, the
+# parent and two inspirations with their profiles, well inside every current model's context.
+PROMPT_BUDGET_TOKENS = 8000
+
+
 class LLMOperator(Operator):
     """The shared request/reply path; subclasses choose the template, the extra programs and the reply format."""
 
@@ -26,15 +31,21 @@ class LLMOperator(Operator):
     default_template = ""
     temperature: float | None = None  # None: the client's (llm.temperature)
 
-    def __init__(self, *, client: LLMClient, template: str | None = None, max_inspirations: int = 2):
+    def __init__(self, *, client: LLMClient, template: str | None = None, max_inspirations: int = 2,
+                 prompt_budget_tokens: int | None = PROMPT_BUDGET_TOKENS):
+        """``prompt_budget_tokens``: the prompt is trimmed towards it by ``operators.prompting``'s
+        rule (None: never trimmed)."""
         if not isinstance(client, LLMClient):
             raise TypeError(f"{type(self).__name__} needs an LLMClient (set llm.model), not {type(client).__name__}")
         if max_inspirations < 0:
             raise ValueError("max_inspirations must be >= 0")
+        if prompt_budget_tokens is not None and prompt_budget_tokens <= 0:
+            raise ValueError("prompt_budget_tokens must be > 0, or null for no budget")
         self.template = template or self.default_template
         check_template(self.template)
         self.client = client
         self.max_inspirations = max_inspirations
+        self.prompt_budget_tokens = prompt_budget_tokens
 
     def extra(self, context: Context, rng: np.random.Generator) -> dict[str, Program | str] | str:
         """Programs (and words) the template needs beyond the parent, or the reason this operator cannot run."""
@@ -48,7 +59,7 @@ class LLMOperator(Operator):
         if isinstance(extra, str):
             return Proposal(self.name, None, extra)
         context.inspirations = context.inspirations[: self.max_inspirations]
-        prompt = render(self.template, context, **extra)
+        prompt = render(self.template, context, self.prompt_budget_tokens, **extra)
         with context.request_slots or nullcontext():
             reply = self.client.complete([{"role": "user", "content": prompt}], model=context.model,
                                          temperature=self.temperature)
@@ -76,8 +87,10 @@ class LLMDiff(LLMOperator):
     name = "llm_diff"
     default_template = "diff.jinja"
 
-    def __init__(self, *, client: LLMClient, template: str | None = None, max_inspirations: int = 1):
-        super().__init__(client=client, template=template, max_inspirations=max_inspirations)
+    def __init__(self, *, client: LLMClient, template: str | None = None, max_inspirations: int = 1,
+                 prompt_budget_tokens: int | None = PROMPT_BUDGET_TOKENS):
+        super().__init__(client=client, template=template, max_inspirations=max_inspirations,
+                         prompt_budget_tokens=prompt_budget_tokens)
 
     def child(self, context: Context, reply: str) -> tuple[str | None, str]:
         return apply_diff(context.parent.source, reply)
@@ -112,8 +125,9 @@ class LLMRepair(LLMOperator):
     default_template = "repair.jinja"
 
     def __init__(self, *, client: LLMClient, probability: float = 0.5, template: str | None = None,
-                 max_inspirations: int = 0):
-        super().__init__(client=client, template=template, max_inspirations=max_inspirations)
+                 max_inspirations: int = 0, prompt_budget_tokens: int | None = PROMPT_BUDGET_TOKENS):
+        super().__init__(client=client, template=template, max_inspirations=max_inspirations,
+                         prompt_budget_tokens=prompt_budget_tokens)
         if not 0.0 <= probability <= 1.0:
             raise ValueError("the repair probability must be between 0 and 1")
         self.probability = probability

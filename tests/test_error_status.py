@@ -53,11 +53,13 @@ def test_a_front_end_error_is_a_compile_error_under_the_interpreter(evaluator, c
     assert result.status is Status.COMPILE_ERROR, result.reason
     assert named in result.reason and "(in a Triton kernel)" in result.reason, result.reason
     assert "InterpreterError" in result.error  # the whole traceback is kept for the repair prompt
+    assert result.extra["stage"] == "smoke test"  # the failed stage, told to the repair prompt
 
 
 def test_a_host_side_exception_is_still_a_runtime_error(evaluator):
     result = evaluator.evaluate("double", TASK, candidate("raise ValueError('boom')"))
     assert result.status is Status.RUNTIME_ERROR and "ValueError: boom" in result.reason
+    assert result.extra["stage"] == "smoke test"
 
 
 def test_a_kernel_launched_with_missing_arguments_is_a_runtime_error(evaluator):

@@ -2,7 +2,6 @@
 
 Every test runs on both transports (litellm, and plain HTTP), so they behave the same.
 """
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 

@@ -41,10 +41,10 @@ class Feedback:
         recent = [f for (name, _), fs in sorted(self._failures.items()) if name == task for f in fs]
         return recent[-self.failures_shown:]
 
-    def note_failure(self, task: str, island: int, operator: str, status: str, reason: str) -> None:
+    def note_failure(self, task: str, island: int, operator: str, status: str, reason: str, stage: str = "") -> None:
         recent = self._failures.setdefault((task, island), deque(maxlen=self.failures_shown))
-        recent.append({"operator": operator, "status": status, "reason": reason.splitlines()[0][:300]
-                       if reason else ""})
+        recent.append({"operator": operator, "status": status, "stage": stage,
+                       "reason": reason.splitlines()[0][:300] if reason else ""})
 
     def made(self, program: Program, model: str | None, parent: Program | None, fragment: int | None,
              prompted: bool) -> None:
@@ -77,7 +77,8 @@ class Feedback:
             self._reward_fragment(fragment, improved)
         if result.correct:
             return
-        self.note_failure(program.task, program.island, program.operator, result.status.value, result.reason)
+        self.note_failure(program.task, program.island, program.operator, result.status.value, result.reason,
+                          result.extra.get("stage", ""))
         steering = self.steering
         if (steering is not None and steering.repair_probability > 0 and program.operator != LLMRepair.name
                 and self.rng.random() < steering.repair_probability):

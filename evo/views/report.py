@@ -191,12 +191,13 @@ def cost_plot(run: RunView, start: float) -> bytes | None:
 
 
 def lineage_steps(run: RunView, task: str) -> list[dict]:
-    """The best kernel's ancestry, oldest first, each step with its diff from the previous one."""
+    """The best kernel's ancestry, oldest first, each step with its diff from the previous one and the
+    prompts of the LLM calls that made it (what the model was told: the parent's profile among it)."""
     best = run.archive.best_kernels(task, 1)
     if not best:
         return []
     ids = run.archive.lineage(best[0]["id"])
-    programs = run.archive.programs(ids)
+    programs, prompts = run.archive.programs(ids), run.archive.prompts(ids)
     steps, previous = [], None
     for pid in ids:
         p = programs[pid]
@@ -207,7 +208,8 @@ def lineage_steps(run: RunView, task: str) -> list[dict]:
         steps.append(dict(id=pid, operator=p["operator"], generation=p["generation"], island=p["island"],
                           status=p["status"] or "not evaluated", speedup=p["speedup"],
                           diff=diff[:MAX_DIFF_LINES], diff_cut=max(0, len(diff) - MAX_DIFF_LINES),
-                          source=p["source"] if previous is None else None))
+                          source=p["source"] if previous is None else None,
+                          prompts=[c for c in prompts.get(pid, []) if c["prompt"]]))
         previous = p
     return steps
 
