@@ -15,6 +15,9 @@ input straight from the input tensor, so the memory use is that of cuDNN (the ou
   (no scatter, no atomics: the result is deterministic).
 - fp32 products are exact (``input_precision="ieee"``): the evaluator's references run
   without TF32, and so does this.
+- One output channel per group (depthwise) gives the tensor cores nothing to multiply: such a
+  convolution takes a direct kernel instead, each program summing the taps of ``block_m``
+  output positions of one channel.
 
 The converter (``evaluator.compile_seed``) copies everything below the ``# --- seed ---``
 line into a seed, so this module is both what runs in tests and the text seeds carry.
@@ -98,6 +101,58 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
     tl.store(out_ptr + out_offsets, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
 
+@triton.jit
+def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
+                        D_in, H_in, W_in, D_out, H_out, W_out, M_total, C_group,
+                        sxn, sxc, sxd, sxh, sxw, sw0, sw1, swd, swh, sww, son, soo, sod, soh, sow,
+                        stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+                        KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, TRANSPOSED: tl.constexpr,
+                        HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr):
+    # One output channel per group (depthwise): no product to give the tensor cores, so each
+    # program sums its output positions' taps directly, the input read along its rows.
+    pid_m = tl.program_id(0)
+    group = tl.program_id(2)  # the output channel
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M_total
+    ow = offs_m % W_out
+    rest = offs_m // W_out
+    oh = rest % H_out
+    rest = rest // H_out
+    od = rest % D_out
+    batch = (rest // D_out).to(tl.int64)
+    x_base = x_ptr + batch * sxn + (group * C_group).to(tl.int64) * sxc
+    acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for c in range(C_group):
+        for kd in tl.static_range(KD):
+            for kh in tl.static_range(KH):
+                for kw in tl.static_range(KW):
+                    if TRANSPOSED:
+                        td = od + pad_d - kd * dil_d
+                        th = oh + pad_h - kh * dil_h
+                        tw = ow + pad_w - kw * dil_w
+                        valid = (td >= 0) & (th >= 0) & (tw >= 0)
+                        valid = valid & (td % stride_d == 0) & (th % stride_h == 0) & (tw % stride_w == 0)
+                        i_d = td // stride_d
+                        i_h = th // stride_h
+                        i_w = tw // stride_w
+                        w_offset = (group * C_group + c) * sw0 + kd * swd + kh * swh + kw * sww
+                    else:
+                        i_d = od * stride_d - pad_d + kd * dil_d
+                        i_h = oh * stride_h - pad_h + kh * dil_h
+                        i_w = ow * stride_w - pad_w + kw * dil_w
+                        valid = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
+                        w_offset = group * sw0 + c * sw1 + kd * swd + kh * swh + kw * sww
+                    valid = valid & (i_d < D_in) & (i_h < H_in) & (i_w < W_in) & m_mask
+                    x_offsets = (c * sxc + i_d.to(tl.int64) * sxd + i_h.to(tl.int64) * sxh
+                                 + i_w.to(tl.int64) * sxw)
+                    x = tl.load(x_base + x_offsets, mask=valid, other=0.0)
+                    acc += x.to(tl.float32) * tl.load(w_ptr + w_offset).to(tl.float32)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + group).to(tl.float32)
+    out_offsets = (batch * son + group.to(tl.int64) * soo + od.to(tl.int64) * sod + oh.to(tl.int64) * soh
+                   + ow.to(tl.int64) * sow)
+    tl.store(out_ptr + out_offsets, acc.to(out_ptr.dtype.element_ty), mask=m_mask)
+
 def _spatial3(values, fill):
     """A per-spatial-dimension list (1 to 3 entries) as depth, height, width."""
     values = list(values)
@@ -132,6 +187,18 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     k_total = c_group * _count(kernel)
     m_total = batch * _count(spatial)
     if out.numel() == 0:
+        return out
+    if o_group == 1:  # depthwise: each output channel its own sum of taps (block_m positions a program)
+        _conv_direct_kernel[(triton.cdiv(m_total, block_m), 1, groups)](
+            x, weight, bias if bias is not None else x, out,
+            *_spatial3(x.shape[2:], 1), *_spatial3(spatial, 1), m_total, c_group,
+            x.stride(0), x.stride(1), *_spatial3(x.stride()[2:], 0),
+            weight.stride(0), weight.stride(1), *_spatial3(weight.stride()[2:], 0),
+            out.stride(0), out.stride(1), *_spatial3(out.stride()[2:], 0),
+            *_spatial3(stride, 1), *_spatial3(padding, 0), *_spatial3(dilation, 1),
+            KD=_spatial3(kernel, 1)[0], KH=_spatial3(kernel, 1)[1], KW=_spatial3(kernel, 1)[2],
+            TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None, BLOCK_M=block_m,
+            num_warps=num_warps, num_stages=num_stages)
         return out
     grid = (triton.cdiv(m_total, block_m), triton.cdiv(o_group, block_n), groups)
     _conv_kernel[grid](

@@ -1,0 +1,135 @@
+"""Which tile suits the seeds' Triton convolution (``evaluator/conv_kernel.py``) on real problems.
+
+Every convolution module of the given KernelBench problem files is run once on its own inputs
+(captured by a forward hook), then timed as cuDNN runs it (fp32 without TF32, as the evaluator's
+references run) and as ``_convolution`` runs it with each tile of a small grid, with fp32 products
+exact (``ieee``, the seed's) and in three TF32 products (``tf32x3``, operator ``dot_precision``).
+Each variant's output is compared with cuDNN's (max |diff| over max |ref|) so a tile that is fast
+and wrong shows.
+
+    python3 experiments/conv_tile_probe.py .kbsrc/search --out $OUT/conv_tiles.json [--only l1_62 ...]
+
+Medians of ``triton.testing.do_bench`` (L2 flushed between runs), one process, one GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+# block_m, block_n, block_k, num_warps, num_stages; the first is the seeds' default today
+TILES = [(64, 32, 32, 4, 2), (64, 64, 32, 4, 3), (128, 64, 32, 4, 3), (128, 64, 32, 8, 3), (128, 128, 32, 8, 3),
+         (256, 64, 32, 8, 3), (128, 128, 16, 8, 4), (64, 16, 32, 4, 2)]
+# one output channel a group (depthwise): the direct kernel, whose only tile is block_m positions a program
+DIRECT_TILES = [(64, 32, 32, 4, 2), (256, 16, 32, 4, 2), (512, 16, 32, 4, 2), (1024, 16, 32, 4, 2),
+                (1024, 16, 32, 8, 2), (2048, 16, 32, 8, 2)]
+CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d,
+         torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
+
+
+def library(precision: str):
+    """``evaluator.conv_kernel`` with its fp32 dots in ``precision``, as a module of its own file."""
+    source = (Path(__file__).parents[1] / "evaluator" / "conv_kernel.py").read_text()
+    if precision != "ieee":
+        source = source.replace('input_precision="ieee"', f'input_precision="{precision}"')
+    path = Path(tempfile.mkdtemp()) / f"conv_{precision}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"conv_{precision}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def captured_convolutions(path: Path) -> list[tuple[torch.nn.Module, torch.Tensor]]:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    problem = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(problem)
+    torch.manual_seed(0)
+    model = problem.Model(*problem.get_init_inputs()).cuda()
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in problem.get_inputs()]
+    seen = []
+    hooks = [m.register_forward_hook(lambda m, args, out: seen.append((m, args[0].detach())))
+             for m in model.modules() if isinstance(m, CONVS)]
+    with torch.no_grad():
+        model(*inputs)
+    for hook in hooks:
+        hook.remove()
+    return seen
+
+
+def run_tile(lib, module, x, tile):
+    m, n, k, warps, stages = tile
+    transposed = isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))
+    return lambda: lib._convolution(x, module.weight, module.bias, module.stride, module.padding, module.dilation,
+                                    transposed, module.output_padding if transposed else (0,), module.groups,
+                                    block_m=m, block_n=n, block_k=k, num_warps=warps, num_stages=stages)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only", nargs="*", default=None, help="file name prefixes")
+    parser.add_argument("--deadline", type=float, default=500.0, help="seconds; the rest is skipped")
+    args = parser.parse_args()
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    libs = {p: library(p) for p in ("ieee", "tf32x3")}
+    began, rows = time.monotonic(), []
+    files = sorted(p for p in args.folder.glob("*.py") if "conv" in p.name.lower())
+    if args.only:
+        files = [p for p in files if any(p.name.startswith(o) for o in args.only)]
+    for path in files:
+        if time.monotonic() - began > args.deadline:
+            rows.append({"problem": path.stem, "skipped": "deadline"})
+            continue
+        try:
+            convs = captured_convolutions(path)
+        except Exception as exc:  # noqa: BLE001 (a problem too large for the probe, say)
+            rows.append({"problem": path.stem, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+            continue
+        for index, (module, x) in enumerate(convs):
+            with torch.no_grad():
+                ref = module(x)
+                cudnn_ms = triton.testing.do_bench(lambda: module(x), return_mode="median")
+                scale = ref.abs().max().item() or 1.0
+                direct = module.out_channels // module.groups == 1
+                row = {"problem": path.stem, "conv": index, "module": repr(module)[:160],
+                       "input": list(x.shape), "cudnn_ms": cudnn_ms, "tiles": []}
+                for precision, lib in libs.items():
+                    for tile in DIRECT_TILES if direct else TILES:
+                        call = run_tile(lib, module, x, tile)
+                        try:
+                            err = (call() - ref).abs().max().item() / scale
+                            ms = triton.testing.do_bench(call, return_mode="median")
+                        except Exception as exc:  # noqa: BLE001 (out of shared memory for a large tile)
+                            row["tiles"].append({"precision": precision, "tile": tile,
+                                                 "error": f"{type(exc).__name__}: {str(exc)[:120]}"})
+                            continue
+                        row["tiles"].append({"precision": precision, "tile": tile, "ms": ms, "rel_err": err})
+            ok = [t for t in row["tiles"] if "ms" in t and t["rel_err"] < 1e-4]
+            default = next(t for t in row["tiles"] if t["precision"] == "ieee" and t["tile"] == TILES[0])
+            best = min(ok, key=lambda t: t["ms"]) if ok else None
+            row["default_over_cudnn"] = default.get("ms", float("nan")) / cudnn_ms
+            row["best"] = best
+            said = f"{best['ms']:.3f} ms {best['precision']} {best['tile']}" if best else "none correct"
+            print(f"{path.stem}[{index}] cudnn {cudnn_ms:.3f} ms, default {default.get('ms', float('nan')):.3f}, "
+                  f"best {said}", flush=True)
+            rows.append(row)
+            del ref
+        torch.cuda.empty_cache()
+    meta = {"command": " ".join(["python3", *sys.argv]), "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "triton": triton.__version__, "tiles": TILES, "direct_tiles": DIRECT_TILES}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The seeds' Triton convolution (evaluator/conv_kernel.py) against PyTorch's, in Triton's
+interpreter, and the tile a seed starts from (evaluator.compile_seed)."""
+import os
+
+import pytest
+import torch
+
+from evaluator.compile_seed import _convolution_shape, replace_convolutions, seed_tile
+
+
+@pytest.fixture(scope="module")
+def conv():
+    if not (os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()):
+        pytest.skip("needs Triton's interpreter (TRITON_INTERPRET=1) or a GPU")
+    from evaluator import conv_kernel
+
+    return conv_kernel._convolution
+
+
+def _device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [
+    # (torch module, input shape): depthwise (one output channel a group) takes the direct kernel
+    (lambda: torch.nn.Conv2d(4, 4, 3, padding=1, groups=4, bias=True), (2, 4, 7, 9)),
+    (lambda: torch.nn.Conv2d(3, 3, (2, 3), stride=2, dilation=(1, 2), groups=3, bias=False), (1, 3, 9, 11)),
+    (lambda: torch.nn.Conv2d(4, 2, 3, groups=2, bias=True), (2, 4, 6, 6)),  # two inputs to one output a group
+    (lambda: torch.nn.Conv1d(1, 1, 5, padding=2), (3, 1, 17)),  # one output channel, no groups
+    (lambda: torch.nn.ConvTranspose1d(3, 3, 3, stride=2, padding=1, output_padding=1, groups=3), (2, 3, 8)),
+    (lambda: torch.nn.Conv3d(2, 2, 3, padding=1, groups=2), (1, 2, 4, 5, 6)),
+    # the tiled implicit GEMM, for comparison on the same footing
+    (lambda: torch.nn.Conv2d(3, 8, 3, padding=1), (2, 3, 6, 6)),
+])
+def test_the_convolution_matches_pytorchs_on_the_direct_and_the_tiled_path(conv, case):
+    make, shape = case
+    torch.manual_seed(0)
+    module = make().to(_device())
+    x = torch.randn(shape, device=_device())
+    transposed = isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))
+    out = conv(x, module.weight.detach(), None if module.bias is None else module.bias.detach(), module.stride,
+               module.padding, module.dilation, transposed, module.output_padding if transposed else (0,),
+               module.groups, block_m=16, block_n=16, block_k=16)
+    with torch.no_grad():
+        expected = module(x)
+    assert out.shape == expected.shape
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_seed_starts_from_a_tile_suited_to_its_output_channels():
+    assert seed_tile((128, 64, 3, 3), False, 1) == (128, 64, 32, 4, 3)  # 128 outputs: the wide tile
+    assert seed_tile((64, 128, 3, 5), True, 1) == (128, 64, 32, 4, 3)  # transposed: (in, out, ...)
+    assert seed_tile((32, 8, 3, 3, 3), False, 1) == (64, 32, 32, 4, 2)
+    assert seed_tile((16, 3, 3, 3, 3), False, 1)[1] == 16
+    assert seed_tile((128, 1, 3, 3), False, 128)[0] == 512  # depthwise: the direct kernel's positions
+    assert seed_tile(None, False, 4) == (64, 16, 32, 4, 2)  # shape unknown: as before
+
+
+def test_the_weights_shape_is_read_from_inductors_wrapper():
+    lines = ["assert_size_stride(arg0_1, (64, 8, 3, 3), (72, 9, 3, 1))",
+             "buf0 = extern_kernels.convolution(arg1_1, arg0_1, stride=(1, 1), padding=(0, 0), dilation=(1, 1), "
+             "transposed=False, output_padding=(0, 0), groups=1, bias=None)"]
+    args = lines[1].split("convolution(", 1)[1].rsplit(")", 1)[0]
+    assert _convolution_shape(args, lines) == ((64, 8, 3, 3), False, 1)
+    symbolic = ["assert_size_stride(arg0_1, (s0, 8, 3, 3), (72, 9, 3, 1))"]
+    assert _convolution_shape(args, symbolic)[0] is None
+    out, constants, _ = replace_convolutions(lines, 3)
+    assert "K3_BLOCK_M = 128" in constants[0] and "K3_NUM_STAGES = 3" in constants[0]
+    assert out[1].lstrip().startswith("buf0 = _launch_3(arg1_1, arg0_1")
