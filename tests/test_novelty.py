@@ -241,3 +241,19 @@ def test_an_embedding_model_judges_through_litellm(tmp_path):
         requests = [r for r in server.requests if "input" in r]
     assert requests and requests[0]["model"] == "embedder" and len(requests[0]["input"]) == 2
     archive.close()
+
+
+def test_the_settings_come_from_the_config(tmp_path):
+    from evo.config import build
+    from evo.core.errors import ConfigError
+
+    def built(*overrides):
+        with initialize_config_module(config_module="conf", version_base="1.3"):
+            return build(compose(config_name="config", overrides=[f"run.dir={tmp_path}", *overrides]))
+
+    c = built("llm.model=openai/x", "llm.api_base=http://127.0.0.1:1/v1", "novelty.threshold=0.9",
+              "novelty.embedding_model=openai/embedder", "novelty.operators=[llm_diff]")
+    assert c.novelty == NoveltySettings(threshold=0.9, embedding_model="openai/embedder", operators=("llm_diff",))
+    assert c.embeddings.model == "openai/embedder" and c.embeddings.client is c.llm
+    with pytest.raises(ConfigError, match="novelty.threshold must be in"):
+        built("novelty.threshold=1.5")
