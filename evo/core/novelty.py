@@ -16,9 +16,11 @@ The rule, against each program of the task (an exact copy is caught before, by
    program;
 3. the same masked tokens, other names: the similarity is the share of tokens whose names agree;
 4. else it is difflib's ratio of the masked token streams (twice the tokens matched in order over
-   both lengths; names are not compared there: a line inserted would renumber every name after
-   it).  At or above the threshold (3 and 4): a near-duplicate of the most similar program
-   (unused lines added, statements reordered, a trivial edit).
+   both lengths, the common start and end matched first; names are not compared there: a line
+   inserted would renumber every name after it), computed for the ``MAX_COMPARED`` structures
+   that share the most tokens with the child and may reach the threshold.  At or above the
+   threshold (3 and 4): a near-duplicate of the most similar program (unused lines added,
+   statements reordered, a trivial edit).
 
 Plain Python; the run loop's ``evo.loop.novelty`` keeps the fingerprints of each task's programs.
 """
@@ -36,6 +38,9 @@ from difflib import SequenceMatcher
 from evo.core.kernel_source import parse
 
 NUMBER, NAME = "#", "$"  # what a masked numeric literal and a masked bound name read as
+# Rule 4 compares a child in full with this many structures at most, those sharing the most tokens
+# with it: a lineage of hundreds of near-identical kernels costs milliseconds, not seconds.
+MAX_COMPARED = 16
 _DROPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 
 
@@ -147,19 +152,32 @@ def constants_variant(a: Fingerprint, b: Fingerprint) -> bool:
     return a.tokens == b.tokens and a.names == b.names and a.numbers != b.numbers
 
 
-def similarity(a: Fingerprint, b: Fingerprint, at_least: float = 0.0) -> float:
-    """How alike two fingerprints are, numbers aside (rules 1, 3 and 4 of the module's docstring);
-    0.0 without the full comparison where cheap upper bounds (lengths, then shared tokens whatever
-    their order) show it is below ``at_least``."""
+def similarity(a: Fingerprint, b: Fingerprint) -> float:
+    """How alike two fingerprints are, numbers aside (rules 1, 3 and 4 of the module's docstring)."""
     if a.tokens == b.tokens:
         differ = sum(x != y for x, y in zip(a.names, b.names))
         return 1.0 - differ / len(a.tokens) if a.tokens else 1.0
-    total = len(a.tokens) + len(b.tokens)
-    if 2 * min(len(a.tokens), len(b.tokens)) / total < at_least:
-        return 0.0
-    if 2 * sum((a.counts & b.counts).values()) / total < at_least:
-        return 0.0
-    return SequenceMatcher(None, a.tokens, b.tokens, autojunk=False).ratio()
+    return _ratio(a.tokens, b.tokens)
+
+
+def _ratio(a: tuple[str, ...], b: tuple[str, ...]) -> float:
+    """difflib's ratio, once the common start and end are matched: a kernel edited in one place
+    costs a comparison of its edited middle only."""
+    n = min(len(a), len(b))
+    start = 0
+    while start < n and a[start] == b[start]:
+        start += 1
+    end = 0
+    while end < n - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    middle = SequenceMatcher(None, a[start:len(a) - end], b[start:len(b) - end], autojunk=False)
+    matched = start + end + sum(block.size for block in middle.get_matching_blocks())
+    return 2 * matched / (len(a) + len(b))
+
+
+def _bound(a: Fingerprint, b: Fingerprint) -> float:
+    """An upper bound of the ratio: the tokens the two share, whatever their order."""
+    return 2 * sum((a.counts & b.counts).values()) / (len(a.tokens) + len(b.tokens))
 
 
 @dataclass(frozen=True)
@@ -211,9 +229,19 @@ class FingerprintIndex:
                 best = Resemblance(pid, ratio)
         if best is not None:
             return best
+        # Rule 4: the structures that may reach the threshold, those sharing the most tokens first;
+        # one that cannot beat the best found so far ends the search.
+        candidates = []
         for tokens, group in self._by_tokens.items():
-            if tokens != child.tokens:
-                ratio = similarity(child, group[0][1], threshold)
-                if ratio >= threshold and (best is None or ratio > best.similarity):
-                    best = Resemblance(group[0][0], ratio)
+            fp = group[0][1]
+            if tokens != child.tokens and 2 * min(len(tokens), len(child.tokens)) >= threshold * (
+                    len(tokens) + len(child.tokens)) and (bound := _bound(child, fp)) >= threshold:
+                candidates.append((bound, group[0][0], fp))
+        candidates.sort(key=lambda c: (-c[0], -c[1]))
+        for bound, pid, fp in candidates[:MAX_COMPARED]:
+            if best is not None and bound <= best.similarity:
+                break
+            ratio = _ratio(child.tokens, fp.tokens)
+            if ratio >= threshold and (best is None or ratio > best.similarity):
+                best = Resemblance(pid, ratio)
         return best
