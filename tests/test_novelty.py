@@ -257,3 +257,30 @@ def test_the_settings_come_from_the_config(tmp_path):
     assert c.embeddings.model == "openai/embedder" and c.embeddings.client is c.llm
     with pytest.raises(ConfigError, match="novelty.threshold must be in"):
         built("novelty.threshold=1.5")
+
+
+def test_embeddings_judge_beyond_the_tokens_and_a_failed_request_falls_back_to_them(tmp_path):
+    archive = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
+    seed = archive.add_program(task="gelu", island=0, generation=0, operator=SEED, source=GELU)
+    asked, events = [], []
+
+    def embed(texts):
+        asked.append(len(texts))
+        return [[1.0, float("tl.sigmoid" in t)] for t in texts]
+
+    novelty = NoveltyFilter(NoveltySettings(embedding_model="e", threshold=0.95), archive, embed=embed,
+                            events=lambda kind, **f: events.append(kind))
+    assert novelty.check("gelu", "llm_diff", UNUSED_LINE).measure == "embedding"
+    assert novelty.check("gelu", "llm_diff", TANH) is None  # far by its embedding
+    assert asked == [2, 1], "the seed embedded once, with the first child"
+    child = archive.add_program(task="gelu", island=0, generation=1, operator="llm_diff", source=TANH)
+    assert novelty.check("gelu", "llm_diff", TANH.replace("t = ", "u = ").replace("+ t)", "+ u)")) is not None
+
+    def down(texts):
+        raise RuntimeError("endpoint down")
+
+    novelty = NoveltyFilter(NoveltySettings(embedding_model="e"), archive, embed=down,
+                            events=lambda kind, **f: events.append(kind))
+    assert novelty.check("gelu", "llm_diff", UNUSED_LINE).measure == "tokens" and novelty.embed is None
+    assert events == ["novelty_embedding_failed"] and child.id > seed.id
+    archive.close()
