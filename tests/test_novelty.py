@@ -284,3 +284,7 @@ def test_embeddings_judge_beyond_the_tokens_and_a_failed_request_falls_back_to_t
     assert novelty.check("gelu", "llm_diff", UNUSED_LINE).measure == "tokens" and novelty.embed is None
     assert events == ["novelty_embedding_failed"] and child.id > seed.id
     archive.close()
+
+
+def test_a_renamed_copy_is_one_even_where_it_is_a_constants_variant_of_another_program():
+    assert index_of(CONSTANTS, GELU).resembled(fingerprint(RENAMED), 0.98).program_id == 2

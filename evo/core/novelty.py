@@ -11,8 +11,8 @@ The rule, against each program of the task (an exact copy is caught before, by
 
 1. the same masked tokens, the same pattern of names and the same numbers: the same kernel
    renamed or reformatted, a near-duplicate of similarity 1;
-2. the same masked tokens and names, other numbers: a *constants variant* (what the
-   ``constants``, ``sweep`` and ``param_crossover`` operators make): never a duplicate, of any
+2. else, the same masked tokens and names as a program, other numbers: a *constants variant*
+   (what the ``constants``, ``sweep`` and ``param_crossover`` operators make): a duplicate of no
    program;
 3. the same masked tokens, other names: the similarity is the share of tokens whose names agree;
 4. else it is difflib's ratio of the masked token streams (twice the tokens matched in order over
@@ -54,7 +54,7 @@ class NoveltySettings:
     threshold: float = 0.98
     embedding_model: str | None = None  # a litellm embedding model; None: token similarity
     # Operators whose children are compared: the LLM's.  A repair is a small fix of a failed kernel
-    # by design, and the offline operators change constants, which rule 2 lets through anyway.
+    # by design, and the offline operators' children differ by construction (constants, dot precision).
     operators: tuple[str, ...] = ("llm_rewrite", "llm_diff", "llm_crossover", "llm_seed")
 
     def __post_init__(self):
@@ -72,10 +72,6 @@ class Fingerprint:
     names: tuple[int, ...]  # each masked name, numbered by its name's first use
     numbers: tuple[str, ...]  # the masked literals' values, in order
     counts: Counter = field(compare=False, repr=False)  # tokens -> occurrences: a cheap bound on the ratio
-
-    @property
-    def structure(self) -> int:
-        return hash(self.tokens)
 
 
 def _bound_names(tree: ast.Module) -> tuple[set[str], set[tuple[int, int]]]:
@@ -212,15 +208,21 @@ class FingerprintIndex:
     def add(self, program_id: int, fp: Fingerprint) -> None:
         self._by_tokens.setdefault(fp.tokens, []).append((program_id, fp))
 
+    def twin(self, child: Fingerprint) -> Resemblance | None:
+        """The program ``child`` is a renamed or reformatted copy of (rule 1), if any."""
+        return next((Resemblance(pid, 1.0) for pid, fp in self._by_tokens.get(child.tokens, [])
+                     if fp.names == child.names and fp.numbers == child.numbers), None)
+
     def variant_of(self, child: Fingerprint) -> bool:
         """``child`` is a constants variant of one of the programs (rule 2)."""
         return any(constants_variant(child, fp) for _, fp in self._by_tokens.get(child.tokens, []))
 
     def resembled(self, child: Fingerprint, threshold: float) -> Resemblance | None:
         """The program ``child`` near-duplicates, by the rule of the module's docstring; None when it
-        is new enough, or a constants variant of one of the programs."""
-        if self.variant_of(child):
-            return None
+        is new enough, or a constants variant of one of the programs (and a copy of none)."""
+        twin = self.twin(child)
+        if twin is not None or self.variant_of(child):
+            return twin
         same = self._by_tokens.get(child.tokens, [])
         best = None
         for pid, fp in same:

@@ -80,16 +80,11 @@ class NoveltyFilter:
         if child is None:  # it does not parse: the evaluator says why
             return None
         index = self._catch_up(task)
+        found, vector = None, None
         if self.embed is None:
             found = index.resembled(child, self.settings.threshold)
-            vector = None
-        elif index.variant_of(child):
-            return None
-        else:
-            found = index.resembled(child, 1.0)  # rule 1: the same kernel renamed or reformatted
-            vector = None
-            if found is None:
-                found, vector = self._by_embedding(task, index, child, source)
+        elif (found := index.twin(child)) is None and not index.variant_of(child):  # rules 1 and 2: tokens'
+            found, vector = self._by_embedding(task, index, child, source)
         if found is None:
             self._accepted[source] = (child, vector)
         return found
