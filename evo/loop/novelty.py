@@ -83,7 +83,7 @@ class NoveltyFilter:
         found, vector = None, None
         if self.embed is None:
             found = index.resembled(child, self.settings.threshold)
-        elif (found := index.twin(child)) is None and not index.variant_of(child):  # rules 1 and 2: tokens'
+        elif (found := index.twin(child)) is None and not index.variant_of(child):  # rules 1, 2: the tokens
             found, vector = self._by_embedding(task, index, child, source)
         if found is None:
             self._accepted[source] = (child, vector)
