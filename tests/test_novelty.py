@@ -288,3 +288,29 @@ def test_embeddings_judge_beyond_the_tokens_and_a_failed_request_falls_back_to_t
 
 def test_a_renamed_copy_is_one_even_where_it_is_a_constants_variant_of_another_program():
     assert index_of(CONSTANTS, GELU).resembled(fingerprint(RENAMED), 0.98).program_id == 2
+
+
+@pytest.mark.slow
+def test_evo_run_with_an_llm_and_evo_status_say_what_novelty_rejection_saved(tmp_path):
+    """The whole path: novelty.* from the config, the filter the runner builds, evo status afterwards."""
+    import subprocess
+    import sys
+
+    def evo(*args):
+        return subprocess.run([sys.executable, "-m", "evo.cli", *args], capture_output=True, text=True, timeout=600)
+
+    run_dir = tmp_path / "run"
+    with ScriptedLLMServer(HalfNearDuplicates()) as server:
+        out = evo("run", f"run.dir={run_dir}", "task=quick", "task.names=[gelu]", "run.backend=local",
+                  "evaluator.device=cpu", "run.progress=false", "islands.count=1", "run.budget.evaluations=2",
+                  "llm.model=openai/scripted", f"llm.api_base={server.api_base}", "llm.retries=0",
+                  "operators.constants.weight=0", "operators.param_crossover.weight=0",
+                  "operators.dot_precision.weight=0", "operators.sweep.operator.max_children=0",
+                  "operators.llm_crossover.weight=0", "operators.llm_repair.operator.probability=0")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    status = evo("status", f"run.dir={run_dir}")
+    assert status.returncode == 0, status.stderr
+    with Archive(f"sqlite:///{run_dir / 'archive.db'}").engine.connect() as c:
+        rejected = len(c.execute(select(RejectionRow.__table__)).all())
+    assert rejected >= 1
+    assert f"novelty rejection: {rejected} child{'ren' if rejected > 1 else ''} not evaluated" in status.stdout
