@@ -10,7 +10,7 @@ import time
 from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 9  # the number of the head revision in archive/migrations/versions
+SCHEMA_VERSION = 10  # the number of the head revision in archive/migrations/versions
 
 
 class Base(DeclarativeBase):
@@ -170,6 +170,20 @@ class LLMCallRow(Base):
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
     latency_s: Mapped[float] = mapped_column(Float, default=0.0)
     error: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float, default=time.time)
+
+
+class RejectionRow(Base):  # schema 10
+    """A child not evaluated: a near-duplicate of a program of its task (``evo.core.novelty``)."""
+
+    __tablename__ = "rejections"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task: Mapped[str] = mapped_column(String(128))
+    island: Mapped[int] = mapped_column(Integer)
+    operator: Mapped[str] = mapped_column(String(64))
+    resembles: Mapped[int] = mapped_column(ForeignKey("programs.id"))  # the program it near-duplicates
+    similarity: Mapped[float] = mapped_column(Float)
+    measure: Mapped[str] = mapped_column(String(16))  # tokens | embedding
     created_at: Mapped[float] = mapped_column(Float, default=time.time)
 
 

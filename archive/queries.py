@@ -6,7 +6,8 @@ it neither creates nor changes anything and never waits on the run's
 ``archive.models``.  It works on a run that is still going: in WAL mode
 readers see the last committed state without blocking the writer.  Columns
 added by later schema versions (``roofline_fraction``, ``speedup_vs_compiled``,
-...) may be NULL, and tables they added (``shape_timings``, ``cvt_centroids``) read as empty.
+...) may be NULL, and tables they added (``shape_timings``, ``cvt_centroids``, ``rejections``) read
+as empty.
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 from archive.store import ArchiveError
 from evo.core.program import SEED_OPERATORS
 from archive.statements import (
-    CELLS, CENTROIDS, ENVIRONMENTS, EVALUATIONS, LINEAGE, LLM_CALLS, META, MIGRATIONS, PROGRAMS, SET_ASIDE,
-    SHAPE_TIMINGS, STATS,
+    CELLS, CENTROIDS, ENVIRONMENTS, EVALUATIONS, LINEAGE, LLM_CALLS, META, MIGRATIONS, PROGRAMS, REJECTIONS,
+    SET_ASIDE, SHAPE_TIMINGS, STATS,
 )
 
 P, E, L, S = PROGRAMS.c, EVALUATIONS.c, LLM_CALLS.c, SHAPE_TIMINGS.c
@@ -259,17 +260,29 @@ class ArchiveReader:
 
     # -- operators and LLM ---------------------------------------------------------
     def operator_rates(self) -> list[dict]:
-        """Per operator: programs made, evaluated, correct (latest evaluations) and the success rate."""
+        """Per operator: programs made, evaluated, correct (latest evaluations), children rejected as
+        near-duplicates (not evaluated), and the success rate: correct over evaluated and rejected."""
         made = {r["operator"]: r["n"] for r in self._rows(select(P.operator, func.count().label("n"))
                                                           .group_by(P.operator))}
         rows = self._rows(select(P.operator, func.count(E.id).label("evaluated"),
                                  func.count(E.id).filter(E.status == CORRECT).label("correct"))
                           .select_from(EVALUATED).group_by(P.operator))
         by_op = {r["operator"]: r for r in rows}
-        return [dict(operator=op, programs=n, evaluated=by_op.get(op, {}).get("evaluated", 0),
-                     correct=by_op.get(op, {}).get("correct", 0),
-                     rate=_rate(by_op.get(op, {}).get("correct", 0), by_op.get(op, {}).get("evaluated", 0)))
-                for op, n in sorted(made.items())]
+        rejected = self.rejections()
+        out = []
+        for op in sorted({*made, *rejected}):
+            evaluated, correct = by_op.get(op, {}).get("evaluated", 0), by_op.get(op, {}).get("correct", 0)
+            out.append(dict(operator=op, programs=made.get(op, 0), evaluated=evaluated, correct=correct,
+                            rejected=rejected.get(op, 0), rate=_rate(correct, evaluated + rejected.get(op, 0))))
+        return out
+
+    def rejections(self) -> dict[str, int]:
+        """operator -> children rejected as near-duplicates before evaluation (schema 10)."""
+        if not self._has_table("rejections"):
+            return {}
+        R = REJECTIONS.c
+        return {r["operator"]: r["n"] for r in self._rows(select(R.operator, func.count().label("n"))
+                                                          .group_by(R.operator))}
 
     def model_rates(self) -> list[dict]:
         """Per LLM model: calls, failed calls, calls whose program was correct, cost."""

@@ -9,13 +9,13 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 
 from archive.models import (
     CellRow, CentroidRow, EnvironmentRow, EvaluationRow, LineageRow, LLMCallRow, MetaRow, MigrationRow, ProgramRow,
-    SetAsideRow, ShapeTimingRow, StatsRow,
+    RejectionRow, SetAsideRow, ShapeTimingRow, StatsRow,
 )
 
 META, PROGRAMS, LINEAGE, EVALUATIONS, CELLS, MIGRATIONS, LLM_CALLS, STATS, CENTROIDS, SHAPE_TIMINGS = (
     t.__table__ for t in (MetaRow, ProgramRow, LineageRow, EvaluationRow, CellRow, MigrationRow, LLMCallRow,
                           StatsRow, CentroidRow, ShapeTimingRow))
-ENVIRONMENTS, SET_ASIDE = EnvironmentRow.__table__, SetAsideRow.__table__
+ENVIRONMENTS, SET_ASIDE, REJECTIONS = EnvironmentRow.__table__, SetAsideRow.__table__, RejectionRow.__table__
 
 INSERT_PROGRAM = insert(PROGRAMS)
 INSERT_LINEAGE = insert(LINEAGE)
@@ -43,6 +43,9 @@ FILL_COMPILED = update(EVALUATIONS).where(
 WITHOUT_COMPILED = select(EVALUATIONS.c.program_id, PROGRAMS.c.task).join(
     PROGRAMS, PROGRAMS.c.id == EVALUATIONS.c.program_id).where(
     EVALUATIONS.c.compiled_runtime_ms.is_(None), EVALUATIONS.c.runtime_ms > 0, EVALUATIONS.c.ref_runtime_ms > 0)
+# A task's programs added since the one with id "after", for the novelty check's fingerprints.
+SOURCES_AFTER = select(PROGRAMS.c.id, PROGRAMS.c.source).where(
+    PROGRAMS.c.task == bindparam("t"), PROGRAMS.c.id > bindparam("after")).order_by(PROGRAMS.c.id)
 FIND_HASH = select(PROGRAMS.c.id).where(PROGRAMS.c.task == bindparam("t"),
                                         PROGRAMS.c.source_hash == bindparam("h")).limit(1)
 

@@ -3,7 +3,7 @@
 :class:`Statistics` is a mixin of :class:`archive.store.Archive`; it reads through the
 archive's ``_tx`` (one transaction on its connection) and ``_elite_cells`` (the cached cells),
 and measures coverage against its ``layout``.  It also stores the LLM requests, the rows
-``llm_spend`` adds up.
+``llm_spend`` adds up, and the children rejected as near-duplicates.
 """
 from __future__ import annotations
 
@@ -75,6 +75,15 @@ class Statistics:
         if calls:
             with self._tx() as c:
                 self._insert_llm_calls(c, calls, task=task, island=island, operator=operator, program_id=program_id)
+
+    def record_rejection(self, *, task: str, island: int, operator: str, resembles: int, similarity: float,
+                         measure: str, llm_calls: list[dict] = ()) -> None:
+        """A child not evaluated, a near-duplicate of program ``resembles`` (``evo.core.novelty``), with
+        the requests that made it: one transaction."""
+        with self._tx() as c:
+            self._insert_llm_calls(c, llm_calls, task=task, island=island, operator=operator, program_id=None)
+            c.execute(insert(sql.REJECTIONS).values(task=task, island=island, operator=operator, resembles=resembles,
+                                                    similarity=similarity, measure=measure, created_at=time.time()))
 
     _LLM_CALL_COLUMNS = frozenset(sql.LLM_CALLS.columns.keys())
 

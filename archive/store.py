@@ -189,6 +189,11 @@ class Archive(Exchange, Statistics):
         with self._tx() as c:
             return c.scalar(sql.FIND_HASH, dict(t=task, h=source_hash or normalized_hash(source)))
 
+    def sources_after(self, task: str, after: int = 0) -> list[tuple[int, str]]:
+        """(id, source) of the programs of ``task`` with an id above ``after``, oldest first."""
+        with self._tx() as c:
+            return [tuple(row) for row in c.execute(sql.SOURCES_AFTER, dict(t=task, after=after))]
+
     # -- tasks set aside -----------------------------------------------------
     def set_aside(self, task: str, stage: str, reason: str, source_hash: str) -> None:
         """Record that ``task`` is not searched, at which stage and why (replacing an earlier record)."""

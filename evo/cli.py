@@ -151,6 +151,7 @@ def status_command(args: list[str]) -> int:
         fast_p_table,
         fragment_table,
         model_table,
+        novelty_line,
         operator_table,
         phase_line,
         racing_line,
@@ -168,6 +169,7 @@ def status_command(args: list[str]) -> int:
             aside, fast_p, tolerance = run.archive.set_aside(), fast_p_rows(task_bests(run)), tolerance_of(run)
             phases = phase_line(run.archive.phase_totals())
             racing = racing_line(run.archive.timing_rounds())
+            rejected = run.archive.rejections()
     except EvoError as exc:
         return _fail(str(exc))
     console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and pipes: no wrapped tables
@@ -182,6 +184,8 @@ def status_command(args: list[str]) -> int:
         console.print(fragment_table(table(json.loads(pool))))
     console.print(f"children evaluated: {children}; resumes: {run.info.get('resumes', 0)}; "
                   f"LLM calls: {spend['calls']}, {spend['errors']} failed (${spend['cost_usd']:.4f})")
+    if rejected or spend["calls"]:  # novelty rejection judges the LLM's children
+        console.print(novelty_line(rejected), soft_wrap=True, markup=False)
     if phases:
         console.print(phases, soft_wrap=True, markup=False)
     if racing:

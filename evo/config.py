@@ -19,12 +19,14 @@ from evo.core.descriptors import Continuous, Descriptor, by_names
 from evo.core.errors import ConfigError
 from evo.core.hydra_nodes import instantiate_node
 from evo.core.inspiration import Inspiration
+from evo.core.novelty import NoveltySettings
 from evo.core.selection import Selection
 from evo.core.task import Task
 from evo.loop.run_settings import RunSettings
 from islands.migration import MigrationSettings
 from islands.ray_backend import RaySettings
 from operators.base import Operator
+from operators.embeddings import Embeddings
 from operators.llm_client import LLMClient
 from operators.steering import LLMSteering
 
@@ -51,6 +53,8 @@ class Components:
     compile_seeds: bool  # tasks without a seed kernel start from torch.compile's Triton (GPU)
     search_while_preparing: bool  # GPU, pipelined: the search starts with the first task prepared
     keep_stored_sources: bool  # a resume whose problem files changed searches on with the stored ones
+    novelty: NoveltySettings
+    embeddings: Embeddings | None  # novelty.embedding_model's, with an LLM
 
     def __post_init__(self):
         check_choices(self, "run", ConfigError)  # its choices are run keys: run.backend
@@ -132,6 +136,8 @@ def build(cfg: DictConfig) -> Components:
     cvt_cells = int(cfg.archive.cvt_cells)
     if cvt_cells < 0:
         raise ConfigError("archive.cvt_cells must be >= 0 (0: a grid)")
+    novelty = instantiate_node(cfg.novelty, "novelty")
+    embeddings = Embeddings(model=novelty.embedding_model, client=llm) if novelty.embedding_model and llm else None
     return Components(
         tasks=instantiate_node(cfg.task, "task"), run=run, evaluator=evaluator,
         island_count=int(cfg.islands.count), migration=instantiate_node(cfg.islands.migration, "islands.migration"),
@@ -142,7 +148,7 @@ def build(cfg: DictConfig) -> Components:
         inspiration=instantiate_node(cfg.inspiration, "inspiration"), cvt_cells=cvt_cells,
         progress=bool(cfg.run.progress), compile_seeds=bool(cfg.run.compile_seeds),
         search_while_preparing=bool(cfg.run.search_while_preparing),
-        keep_stored_sources=bool(cfg.run.keep_stored_sources),
+        keep_stored_sources=bool(cfg.run.keep_stored_sources), novelty=novelty, embeddings=embeddings,
     )
 
 

@@ -21,6 +21,7 @@ from evo.core.errors import RunError, TaskError
 from evo.core.run_dir import RUN_FILE, check_run_dir, lock_run_dir, write_atomically
 from evo.loop.arrivals import TaskArrivals
 from evo.loop.controller import Controller
+from evo.loop.novelty import NoveltyFilter
 from evo.loop.seed_store import store_seed, stored_seed
 from evo.loop.seeding import llm_seeding
 from evo.loop.startup import Prepared, nothing_to_search, prepare_stream
@@ -187,7 +188,9 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
             controller = Controller(
                 settings=c.run, tasks=tasks, archive=archive, backend=backend, migration=c.migration,
                 events=events, resume_count=resume_count, selection=c.selection, inspiration=c.inspiration,
-                steering=c.steering, seeding=seeding, arrivals=arrivals, on_arrival=admit)
+                steering=c.steering, seeding=seeding, arrivals=arrivals, on_arrival=admit,
+                novelty=NoveltyFilter(c.novelty, archive, embed=c.embeddings, events=events)
+                if c.novelty.enabled and c.llm is not None else None)
             controller.run()
         except ArchiveError as exc:
             raise ArchiveError(f"{exc}; every committed change is kept: run `evo run run.dir={run_dir}` "

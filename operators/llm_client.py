@@ -120,7 +120,8 @@ class LLMClient:
     def enabled(self) -> bool:
         return bool(self.models)
 
-    def _api_key(self) -> str | None:
+    def api_key(self) -> str | None:
+        """The API key, read now from `api_key_file` or `api_key_env` (None: litellm finds it)."""
         if self.api_key_file:
             try:
                 return Path(self.api_key_file).expanduser().read_text().strip()
@@ -162,7 +163,7 @@ class LLMClient:
         if model is None:
             raise LLMError("no LLM model is configured: set llm.model")
         try:
-            key = self._api_key()
+            key = self.api_key()
         except LLMError as exc:
             return Reply(None, model, error=str(exc), calls=[self._record(model, 0, error=str(exc))])
         loop = self._ensure_loop()

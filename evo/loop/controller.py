@@ -31,6 +31,7 @@ from evo.loop.arrivals import TaskArrivals
 from evo.loop.feedback import Feedback
 from evo.loop.late_baselines import LateBaselines
 from evo.loop.loop_state import LoopState
+from evo.loop.novelty import NoveltyFilter
 from evo.loop.pacing import Pacing, switch_interval
 from evo.loop.readiness import Readiness
 from evo.loop.run_settings import RunSettings
@@ -66,9 +67,11 @@ class Controller:
                  migration: MigrationSettings, events: Events = _no_events, resume_count: int = 0,
                  selection: Selection | None = None, inspiration: Inspiration | None = None,
                  steering: LLMSteering | None = None, seeding: Seeding | None = None,
-                 arrivals: TaskArrivals | None = None, on_arrival: Callable[[Prepared], None] | None = None):
+                 arrivals: TaskArrivals | None = None, on_arrival: Callable[[Prepared], None] | None = None,
+                 novelty: NoveltyFilter | None = None):
         """``arrivals``: tasks still being prepared when the search starts (evo.loop.arrivals); each piece
-        goes to ``on_arrival`` (its seed stored, or why it is set aside) before its task joins."""
+        goes to ``on_arrival`` (its seed stored, or why it is set aside) before its task joins.
+        ``novelty``: near-duplicate children are not evaluated (evo.loop.novelty)."""
         self.settings = settings
         self.arrivals, self.on_arrival = arrivals, on_arrival
         self.tasks = {t.name: t for t in tasks}
@@ -80,6 +83,7 @@ class Controller:
         self.events = events
         self.steering = steering
         self.seeding = seeding if steering is not None else None  # seeds are LLM proposals
+        self.novelty = novelty
         self.rng = np.random.default_rng([settings.seed, 1_000_003, resume_count])
         self.hardware = ""
         self.children_done = 0
@@ -279,11 +283,15 @@ class Controller:
         attempt = self.seeding is not None and task not in self.readiness.ready  # at the task's first correct kernel
         if attempt:
             self.seeding.attempted(task)
+        resembles = None
         if failure is None:
             source_hash = proposal.source_hash or normalized_hash(proposal.source)
             if (self._evaluations.under_way(task, source_hash)
                     or self.archive.find_duplicate(task, proposal.source, source_hash)):
                 failure = "duplicate of an archived or in-flight program"
+            elif self.novelty is not None and (resembles := self.novelty.check(task, proposal.operator,
+                                                                              proposal.source)) is not None:
+                failure = resembles.reason
         if failure is None:
             self.failed_in_a_row = 0
             program = self.archive.add_program(
@@ -298,9 +306,13 @@ class Controller:
         else:
             self.failed_in_a_row += 1
             self.feedback.failed(task, island, proposal.operator, failure, model, fragment, bool(proposal.llm_calls))
-            self.events("proposal_failed", task=task, island=island, operator=proposal.operator, reason=failure)
-            self.archive.record_llm_calls(proposal.llm_calls, task=task, island=island,
-                                          operator=proposal.operator, program_id=None)
+            self.events("proposal_failed", task=task, island=island, operator=proposal.operator, reason=failure,
+                        **(resembles.fields() if resembles is not None else {}))
+            if resembles is not None:  # the rejection with the child's requests
+                self.novelty.rejected(resembles, task, island, proposal.operator, proposal.llm_calls)
+            else:
+                self.archive.record_llm_calls(proposal.llm_calls, task=task, island=island,
+                                              operator=proposal.operator, program_id=None)
             if attempt:
                 for key, value in self.seeding.meta().items():
                     self.archive.set_meta(key, value)

@@ -174,7 +174,7 @@ def rates_plot(rows: list[dict], name: str, title: str) -> bytes:
     labels = [r[name] for r in rows]
     ax.barh(labels, [100 * (r["rate"] or 0) for r in rows], color="tab:green")
     for i, r in enumerate(rows):
-        whole = r.get("evaluated", r.get("calls"))
+        whole = r["evaluated"] + r["rejected"] if "evaluated" in r else r["calls"]
         ax.text(1, i, f"{r['correct']}/{whole}", va="center", fontsize="small")
     ax.set(xlim=(0, 100), xlabel="correct (%)", title=title)
     return _png(fig)
@@ -237,7 +237,8 @@ def write_report(run: RunView, out: Path) -> Path:
     page = env.get_template("report.html.jinja").render(
         run_dir=str(run.dir), device=run.info.get("device", "?"), images=embedded, tasks=run.task_rows(),
         operators=operators, models=models, spend=run.archive.llm_spend(),
-        children=run.archive.child_evaluation_count(), descriptors=[d.name for d in run.descriptors],
+        children=run.archive.child_evaluation_count(), rejected=sum(run.archive.rejections().values()),
+        descriptors=[d.name for d in run.descriptors],
         lineages={task: lineage_steps(run, task) for task in run.tasks},
         shapes={task: rows for task in run.tasks if (rows := shape_rows(run, task))},
         fast_p=fast_p_rows(task_bests(run)), p_values=P_VALUES,

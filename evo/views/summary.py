@@ -58,9 +58,19 @@ def status_table(rows: list[dict], *, title: str) -> Table:
 
 
 def operator_table(rows: list[dict]) -> Table:
-    return _table(None, ("operator", "programs", "evaluated", "correct", "success"),
-                  [(r["operator"], str(r["programs"]), str(r["evaluated"]), str(r["correct"]), _pct(r["rate"]))
-                   for r in rows])
+    return _table(None, ("operator", "programs", "evaluated", "correct", "rejected", "success"),
+                  [(r["operator"], str(r["programs"]), str(r["evaluated"]), str(r["correct"]), str(r["rejected"]),
+                    _pct(r["rate"])) for r in rows],
+                  caption="rejected: near-duplicates of a program of their task, not evaluated (novelty.*); "
+                          "success: correct over evaluated and rejected")
+
+
+def novelty_line(rejected: dict[str, int]) -> str:
+    """What novelty rejection saved: the children it kept from the evaluators."""
+    n = sum(rejected.values())
+    by = ", ".join(f"{op} {k}" for op, k in sorted(rejected.items()))
+    return (f"novelty rejection: {n} {'child' if n == 1 else 'children'} not evaluated (saved ~{n} "
+            f"evaluation{'' if n == 1 else 's'})" + (f": {by}" if by else ""))
 
 
 def model_table(rows: list[dict]) -> Table:
