@@ -42,8 +42,12 @@ def test_the_convolution_matches_pytorchs_on_the_direct_and_the_tiled_path(conv,
     out = conv(x, module.weight.detach(), None if module.bias is None else module.bias.detach(), module.stride,
                module.padding, module.dilation, transposed, module.output_padding if transposed else (0,),
                module.groups, block_m=16, block_n=16, block_k=16)
-    with torch.no_grad():
-        expected = module(x)
+    tf32, torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.allow_tf32, False  # as references run
+    try:
+        with torch.no_grad():
+            expected = module(x)
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
     assert out.shape == expected.shape
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 

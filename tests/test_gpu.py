@@ -146,7 +146,10 @@ def test_an_evaluation_records_its_memory_peak_beside_the_references(gpu_evaluat
     result = gpu_evaluator.evaluate(task.name, task.source, task.seeds[0])
     memory = result.extra["memory"]
     assert result.status is Status.CORRECT and memory["reference_peak_mb"] > 0
-    assert memory["peak_mb"] >= memory["reference_peak_mb"] and memory["ratio"] <= 3.0, memory
+    # At most four times the reference's peak: the timed calls take three input sets in turn
+    # (evaluator.timed_checks.input_sets; two where a set is large) and keep outputs to check
+    # (softmax on an H200: 3.5x, 896 of 256 MB); five times would mean a copy too many.
+    assert memory["peak_mb"] >= memory["reference_peak_mb"] and memory["ratio"] <= 4.0, memory
     assert result.extra["environment"]["torch"] and result.extra["environment"]["gpu"] == result.device
 
 
