@@ -225,16 +225,17 @@ def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: in
     """The tile a seed's convolution starts from (``block_m, block_n, block_k, num_warps,
     num_stages``), by its output channels per group, where the weight's shape is known.
 
-    From ``experiments/conv_tile_probe.py`` on the 18 convolutions of the drawn KernelBench sample
-    (H200, fp32 products exact; ``experiments/conv_tiles.md``): with 64 or more output channels
-    a group, 128x64 tiles in three stages ran 1.5-4.2x faster than 64x32 in two; with 32 or fewer,
-    64x32 stayed best (a wider tile computes empty columns).  One channel a group (depthwise) takes
-    the direct kernel, 512 positions a program."""
+    From ``experiments/conv_tile_probe.py`` on the 18 convolutions of the drawn KernelBench
+    sample (H200, fp32 products exact; ``experiments/kernelbench_search.md``, section 6): with 64
+    or more output channels a group, 128x64 tiles in three stages ran 1.5-4.2x faster than 64x32 in
+    two; with 32, 64x32 stayed best, and with 16, 64x16 ran 1.3x faster than 64x32 (a wider tile
+    computes empty columns).  One channel a group (depthwise) takes the direct kernel: 256
+    positions a program ran 37x faster than the tiled kernel, and 1.2x faster than cuDNN."""
     if weight_shape is None or len(weight_shape) < 3:
         return (64, 16 if groups > 1 else 32, 32, 4, 2)
     per_group = weight_shape[1] if transposed else weight_shape[0] // max(1, groups)
     if per_group == 1:
-        return (512, 16, 32, 4, 2)
+        return (256, 16, 32, 4, 2)
     if per_group >= 64:
         return (128, 64, 32, 4, 3)
     return (64, 16 if per_group <= 16 else 32, 32, 4, 2)
