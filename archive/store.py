@@ -18,6 +18,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 from archive import statements as sql
 from archive.centroids import load_or_draw_centroids
 from archive.environments import environment_id, environment_row
+from archive.evaluation_rows import PROFILE_FIELDS, profile_extra, shape_timing_row
 from archive.exchange import Exchange
 from archive.outcomes import Insert
 from archive.schema import SchemaError, make_engine, upgrade
@@ -34,29 +35,6 @@ from evo.core.selection import EliteCell, Selection, Uniform
 UNIFORM = Uniform()
 BEST_THEN_RANDOM = BestThenRandom()
 _PROGRAM_CACHE_SIZE = 4096
-
-
-# What an evaluation row keeps of its result's ``extra`` for the LLM's prompts: floors, bound, kernels.
-_PROFILE_FIELDS = ("roofline_bound", "floor_ms", "memory_floor_ms", "compute_floor_ms", "kernel_profile")
-
-
-def profile_extra(row) -> dict:
-    """``EvalResult.extra`` as far as an evaluation row keeps it: ``roofline`` (the floors and the bound)
-    and ``kernel_profile`` (``evaluator.kernel_profile``), where measured."""
-    extra = {}
-    if row["floor_ms"] is not None:
-        extra["roofline"] = {"floor_ms": row["floor_ms"], "bound": row["roofline_bound"],
-                             "memory_ms": row["memory_floor_ms"], "compute_ms": row["compute_floor_ms"]}
-    if row["kernel_profile"]:
-        extra["kernel_profile"] = json.loads(row["kernel_profile"])
-    return extra
-
-
-def shape_timing_row(timing: dict, evaluation_id: int) -> dict:
-    """A ``shape_timings`` row from one entry of ``EvalResult.extra["shape_timings"]``."""
-    shape = ",".join(f"{k}={v}" for k, v in (timing.get("shape") or {}).items()) or "default"
-    return dict(evaluation_id=evaluation_id, shape=shape[:512], numel=int(timing["numel"]),
-                **{k: timing.get(k) for k in ("speedup", "speedup_noise", "runtime_ms", "ref_runtime_ms")})
 
 
 class ArchiveError(EvoError):
@@ -339,7 +317,7 @@ class Archive(Exchange, Statistics):
             return []
         latest = (select(func.max(sql.EVALUATIONS.c.id)).where(sql.EVALUATIONS.c.program_id == sql.PROGRAMS.c.id)
                   .correlate(sql.PROGRAMS).scalar_subquery())
-        columns = (sql.EVALUATIONS.c[f] for f in self._RESULT_FIELDS + _PROFILE_FIELDS)
+        columns = (sql.EVALUATIONS.c[f] for f in self._RESULT_FIELDS + PROFILE_FIELDS)
         rows = c.execute(select(sql.PROGRAMS, *columns)
                          .outerjoin(sql.EVALUATIONS, sql.EVALUATIONS.c.id == latest)
                          .where(sql.PROGRAMS.c.id.in_(ids))).mappings().all()
