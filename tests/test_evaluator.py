@@ -285,7 +285,9 @@ def test_an_evaluation_says_how_many_reps_it_timed_and_checks_calls_drawn_from_a
                                                                                              settings_restored):
     from evaluator.settings import TimingSettings
 
-    loose = TimingSettings(warmup=1, reps=60, budget_s=120.0, batch=1, precision=0.5, min_reps=5)
+    # As loose a precision as allowed: the interpreter's ratios are noisy (at 0.5 a run on an idle
+    # 2-core host once went all 60 reps), and this test is about the count, not the stopping rule.
+    loose = TimingSettings(warmup=1, reps=60, budget_s=120.0, batch=1, precision=0.95, min_reps=5)
     result = _with(evaluator, cpu_timing=loose).evaluate("double", TASK, candidate())
     assert result.status is Status.CORRECT, result.reason
     reps = result.extra["timed_reps"]
