@@ -1,13 +1,13 @@
 """experiments/llm_kernelbench.py: a model measured on a KernelBench folder, end to end against the scripted
 OpenAI-compatible server (which measures the plumbing, not a model), and the pieces it is made of."""
 import json
-import re
 
 import pytest
 
 from evo.views.fast_p import fast_p_rows
 from experiments import llm_kernelbench as bench
-from tests.support.llm_server import ScriptedLLMServer, completion
+from tests.support.llm_server import ScriptedLLMServer
+from tests.support.scale_writer import scale_writer
 
 PROBLEM = '''import torch
 import torch.nn as nn
@@ -29,50 +29,6 @@ def get_init_inputs():
     return []
 '''
 
-KERNEL = '''import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-BLOCK_SIZE = 256
-NUM_WARPS = 4
-
-
-@triton.jit
-def scale_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    tl.store(out_ptr + offs, x * SCALE, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        n = x.numel()
-        scale_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, BLOCK_SIZE=BLOCK_SIZE, num_warps=NUM_WARPS)
-        return out
-'''
-
-
-def model(request: dict):
-    """The scripted model: a first kernel right for x * 3.0 and wrong for x * 5.0, no fix for a failed one,
-    and the parent with other warps for a mutation."""
-    prompt = request["messages"][-1]["content"]
-    if "No kernel exists yet" in prompt:
-        scale = re.search(r"return x \* ([\d.]+)", prompt).group(1)
-        return 200, completion("```python\n" + KERNEL.replace("SCALE", "2.0" if scale == "5.0" else scale) + "```")
-    if "failed its evaluation" in prompt:
-        return 200, completion("I cannot fix this one.")
-    match = re.search(r"## Current kernel.*?```python\n(.*?)```", prompt, re.DOTALL)
-    if match is None:  # the start-up check
-        return 200, completion("OK")
-    warps = 2 if "NUM_WARPS = 4" in match.group(1) else 4
-    return 200, completion("```python\n" + re.sub(r"NUM_WARPS = \d+", f"NUM_WARPS = {warps}", match.group(1)) + "```")
 
 
 def kernelbench_folder(tmp_path):
@@ -89,7 +45,7 @@ def kernelbench_folder(tmp_path):
 def test_a_model_is_scored_per_problem_and_per_level_with_tokens_dollars_the_command_and_the_warning(
         tmp_path, capsys):
     root, out = kernelbench_folder(tmp_path), tmp_path / "out"
-    with ScriptedLLMServer(model) as server:
+    with ScriptedLLMServer(scale_writer) as server:
         args = [str(root), "--model", "openai/scripted", "--api-base", server.api_base, "--calls-per-problem", "3",
                 "--device", "cpu", "--out", str(out), "--scripted", "--",
                 "run.backend=local", "islands.count=1", "llm.retries=0", "evaluator.timeout_s=60",
@@ -164,7 +120,7 @@ def test_problem_files_are_the_levels_problems_in_order_picked_by_pattern_and_li
 @pytest.mark.slow
 def test_an_endpoint_that_cannot_be_used_stops_the_benchmark_before_any_problem_is_scored(tmp_path):
     root, out = kernelbench_folder(tmp_path), tmp_path / "out"
-    with ScriptedLLMServer(model) as server:
+    with ScriptedLLMServer(scale_writer) as server:
         closed = server.api_base  # nothing answers there once the server is closed
     with pytest.raises(SystemExit, match="failed before its search started: LLM model openai/scripted"):
         bench.main([str(root), "--model", "openai/scripted", "--api-base", closed, "--device", "cpu", "--out", str(out),

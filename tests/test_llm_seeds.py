@@ -1,7 +1,6 @@
 """Seeds from an LLM: a task without a seed kernel starts from kernels an LLM writes from its reference,
 evaluated and repaired like any child; one whose attempts all fail is set aside and the others go on."""
 import json
-import re
 import sqlite3
 from collections import Counter
 
@@ -17,6 +16,7 @@ from islands import Island
 from operators import Context, LLMClient, LLMSeed, TunableConstantMutation
 from operators.llm import SEED_STRATEGIES
 from tests.support.llm_server import ScriptedLLMServer, completion
+from tests.support.scale_writer import KERNEL, scale_writer
 from tests.support import StandInBackend, StandInEvaluator
 from tests.test_cli import LOCAL, evo
 
@@ -41,58 +41,11 @@ def get_init_inputs():
     return []
 '''
 
-KERNEL = '''import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-BLOCK_SIZE = 256
-NUM_WARPS = 4
-
-
-@triton.jit
-def scale_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    tl.store(out_ptr + offs, x * SCALE, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        n = x.numel()
-        scale_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, BLOCK_SIZE=BLOCK_SIZE, num_warps=NUM_WARPS)
-        return out
-'''
-
-
-def seed_writer(request: dict):
-    """The scripted LLM: for a seed prompt, the kernel of the reference's scale, except for x * 5.0 (a wrong
-    kernel); a repair gets a reply without code; a mutation the parent with another NUM_WARPS."""
-    prompt = request["messages"][-1]["content"]
-    if "No kernel exists yet" in prompt:
-        scale = re.search(r"return x \* ([\d.]+)", prompt).group(1)
-        wrong = scale == "5.0"
-        source = KERNEL.replace("SCALE", "2.0" if wrong else scale)
-        return 200, completion(f"```python\n{source}```")
-    if "failed its evaluation" in prompt:
-        return 200, completion("I cannot fix this one.")
-    match = re.search(r"## Current kernel.*?```python\n(.*?)```", prompt, re.DOTALL)
-    if match is None:  # the start-up check
-        return 200, completion("OK")
-    warps = 2 if "NUM_WARPS = 4" in match.group(1) else 4
-    return 200, completion("```python\n" + re.sub(r"NUM_WARPS = \d+", f"NUM_WARPS = {warps}", match.group(1))
-                           + "```")
 
 
 def test_seed_prompts_carry_the_reference_and_a_strategy_per_attempt():
     task = Task(name="triple", path="/x/triple.py", source=PROBLEM.replace("SCALE", "3.0"))
-    with ScriptedLLMServer(seed_writer) as server:
+    with ScriptedLLMServer(scale_writer) as server:
         client = LLMClient(model="openai/scripted", api_base=server.api_base, timeout_s=10, retries=0)
         seeder = LLMSeed(client=client, temperature=1.3)
         island = Island(0, [TunableConstantMutation(), seeder], [1.0, 0.0], seed=1)
@@ -168,7 +121,7 @@ def programs(run_dir) -> list[tuple]:
 @pytest.mark.slow
 def test_the_llm_seeds_a_seedless_task_which_is_then_searched_and_a_hopeless_one_is_set_aside(tmp_path, device):
     tasks = folder_of(tmp_path, triple="3.0", hopeless="5.0")
-    with ScriptedLLMServer(seed_writer) as server:
+    with ScriptedLLMServer(scale_writer) as server:
         run_dir, out = llm_run(tmp_path, tasks, server, device)
     assert out.returncode == 0, out.stdout + out.stderr
     rows = programs(run_dir)
@@ -192,7 +145,7 @@ def test_the_llm_seeds_a_seedless_task_which_is_then_searched_and_a_hopeless_one
 @pytest.mark.slow
 def test_a_run_whose_only_task_the_llm_cannot_seed_exits_non_zero(tmp_path):
     tasks = folder_of(tmp_path, hopeless="5.0")
-    with ScriptedLLMServer(seed_writer) as server:
+    with ScriptedLLMServer(scale_writer) as server:
         run_dir, out = llm_run(tmp_path, tasks, server)
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert "every task was set aside" in out.stderr

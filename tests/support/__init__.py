@@ -4,6 +4,9 @@
     StandInBackend   -- the whole of islands.backend.Backend, nothing prepared: a subclass proposes
                         and evaluates
     done             -- a finished future holding a value
+
+Modules: ``llm_server`` (the scripted OpenAI-compatible server), ``scale_writer`` (a scripted LLM that
+writes kernels for x * SCALE tasks), ``candidates``, ``hostile``, ``integrity_cheats``.
 """
 from tests.support.fakes import StandInBackend, StandInEvaluator, done
 
