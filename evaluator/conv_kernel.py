@@ -188,29 +188,23 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     m_total = batch * _count(spatial)
     if out.numel() == 0:
         return out
+    # what both kernels take: the layouts, the convolution's parameters, its taps
+    layouts = (x.stride(0), x.stride(1), *_spatial3(x.stride()[2:], 0),
+               weight.stride(0), weight.stride(1), *_spatial3(weight.stride()[2:], 0),
+               out.stride(0), out.stride(1), *_spatial3(out.stride()[2:], 0),
+               *_spatial3(stride, 1), *_spatial3(padding, 0), *_spatial3(dilation, 1))
+    kd, kh, kw = _spatial3(kernel, 1)
+    shared = dict(KD=kd, KH=kh, KW=kw, TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None,
+                  BLOCK_M=block_m, num_warps=num_warps, num_stages=num_stages)
+    sizes = (*_spatial3(x.shape[2:], 1), *_spatial3(spatial, 1), m_total, c_group)
+    b_arg = bias if bias is not None else x
     if o_group == 1:  # depthwise: each output channel its own sum of taps (block_m positions a program)
         _conv_direct_kernel[(triton.cdiv(m_total, block_m), 1, groups)](
-            x, weight, bias if bias is not None else x, out,
-            *_spatial3(x.shape[2:], 1), *_spatial3(spatial, 1), m_total, c_group,
-            x.stride(0), x.stride(1), *_spatial3(x.stride()[2:], 0),
-            weight.stride(0), weight.stride(1), *_spatial3(weight.stride()[2:], 0),
-            out.stride(0), out.stride(1), *_spatial3(out.stride()[2:], 0),
-            *_spatial3(stride, 1), *_spatial3(padding, 0), *_spatial3(dilation, 1),
-            KD=_spatial3(kernel, 1)[0], KH=_spatial3(kernel, 1)[1], KW=_spatial3(kernel, 1)[2],
-            TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None, BLOCK_M=block_m,
-            num_warps=num_warps, num_stages=num_stages)
+            x, weight, b_arg, out, *sizes, *layouts, **shared)
         return out
     grid = (triton.cdiv(m_total, block_m), triton.cdiv(o_group, block_n), groups)
-    _conv_kernel[grid](
-        x, weight, bias if bias is not None else x, out,
-        c_in, *_spatial3(x.shape[2:], 1), *_spatial3(spatial, 1), m_total, c_group, o_group, k_total,
-        x.stride(0), x.stride(1), *_spatial3(x.stride()[2:], 0),
-        weight.stride(0), weight.stride(1), *_spatial3(weight.stride()[2:], 0),
-        out.stride(0), out.stride(1), *_spatial3(out.stride()[2:], 0),
-        *_spatial3(stride, 1), *_spatial3(padding, 0), *_spatial3(dilation, 1),
-        KD=_spatial3(kernel, 1)[0], KH=_spatial3(kernel, 1)[1], KW=_spatial3(kernel, 1)[2],
-        TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages)
+    _conv_kernel[grid](x, weight, b_arg, out, c_in, *sizes, o_group, k_total, *layouts,
+                       IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k, **shared)
     return out
 
 
