@@ -1,29 +1,43 @@
 #!/usr/bin/env bash
-# Issue 33's record on one node of four GPUs: the offline search under the strict and under the
-# kernelbench tolerance side by side, two GPUs each, defaults otherwise.  run.backend=local: Ray
-# supports one local cluster per machine, and the two runs must not share evaluators.  Called again
-# with the same RUNS, each run resumes where the last call stopped it (LIMIT seconds per call).
-#   OUT=/tmp/out TASKS=.kbsrc/search RUNS=/tmp/kbs bash experiments/kernelbench_search.sh
-# TASKS: the problems `experiments/kernelbench_search.py draw` copied.  Tables under $OUT.
+# Issue 33's record on one node of GPUs: the offline search, defaults otherwise, one run per label of
+# SEARCHES ("label=GPUs", a label `kernelbench` runs under evaluator.tolerance=kernelbench), side by
+# side.  run.backend=local: Ray supports one local cluster per machine, and two runs must not share
+# evaluators.  Each call stops its runs after LIMIT seconds and leaves every run directory as
+# $OUT/<label>.tar.gz; the next call, on this machine or a fresh one, resumes each from $RUNS or,
+# where that is gone, from $KEEP/<label>.tar.gz (the archive of a call before, carried back):
+#   OUT=/tmp/out TASKS=.kbsrc/search SEARCHES="strict=0,1,2,3" KEEP=.kbruns bash experiments/kernelbench_search.sh
+# TASKS: the problems `experiments/kernelbench_search.py draw` copied.  Logs, `evo status` and the
+# tables go to $OUT/report.tar.gz.
 set -uo pipefail
-OUT=${OUT:?set OUT}; TASKS=${TASKS:?set TASKS}; RUNS=${RUNS:-/tmp/kbs}
-LIMIT=${LIMIT:-540}; BUDGET=${BUDGET:-$((20 * $(ls "$TASKS"/*.py | wc -l)))}
-mkdir -p "$OUT" "$RUNS"
-search() {  # label, GPUs, overrides...
-  local label=$1 gpus=$2
-  shift 2
+OUT=${OUT:?set OUT}; TASKS=${TASKS:?set TASKS}; RUNS=${RUNS:-/tmp/kbs}; KEEP=${KEEP:-}
+SEARCHES=${SEARCHES:-"strict=0,1 kernelbench=2,3"}
+LIMIT=${LIMIT:-480}; BUDGET=${BUDGET:-$((20 * $(ls "$TASKS"/*.py | wc -l)))}
+here=$(dirname "$0")
+mkdir -p "$OUT/report" "$RUNS"
+search() {  # label, GPUs
+  local label=$1 gpus=$2 extra=()
+  [ "$label" = kernelbench ] && extra=(evaluator.tolerance=kernelbench)
+  if [ ! -e "$RUNS/$label" ] && [ -n "$KEEP" ] && [ -f "$KEEP/$label.tar.gz" ]; then
+    tar xzf "$KEEP/$label.tar.gz" -C "$RUNS" && echo "$label: resumed from $KEEP/$label.tar.gz"
+  fi
   CUDA_VISIBLE_DEVICES=$gpus timeout -s INT -k 60 "$LIMIT" python3 -m evo.cli run run.dir="$RUNS/$label" \
     task.path="$TASKS" run.budget.evaluations="$BUDGET" run.progress=false run.backend=local \
-    evaluator.device=cuda "$@" >> "$OUT/$label.log" 2>&1
+    evaluator.device="${DEVICE:-cuda}" "${extra[@]}" >> "$OUT/report/$label.log" 2>&1
   echo "$label: exit $? after $SECONDS s"
 }
-search strict 0,1 &
-search kernelbench 2,3 evaluator.tolerance=kernelbench &
-wait
-for label in strict kernelbench; do
-  python3 -m evo.cli status run.dir="$RUNS/$label" > "$OUT/${label}_status.txt" 2>&1
-  tail -30 "$OUT/$label.log"
+labels=()
+for spec in $SEARCHES; do
+  labels+=("${spec%%=*}")
+  search "${spec%%=*}" "${spec#*=}" &
 done
-python3 "$(dirname "$0")/kernelbench_search.py" seeds --run "$RUNS/strict" --out "$OUT/seeds"
-python3 "$(dirname "$0")/kernelbench_search.py" collect --run strict="$RUNS/strict" \
-  --run kernelbench="$RUNS/kernelbench" --out "$OUT" | head -60
+wait
+runs=()
+for label in "${labels[@]}"; do
+  tar czf "$OUT/$label.tar.gz" -C "$RUNS" "$label"
+  python3 -m evo.cli status run.dir="$RUNS/$label" > "$OUT/report/${label}_status.txt" 2>&1
+  tail -20 "$OUT/report/$label.log"
+  runs+=(--run "$label=$RUNS/$label")
+done
+python3 "$here/kernelbench_search.py" seeds --run "$RUNS/${labels[0]}" --out "$OUT/report/seeds"
+python3 "$here/kernelbench_search.py" collect "${runs[@]}" --out "$OUT/report" | head -60
+tar czf "$OUT/report.tar.gz" -C "$OUT" report && rm -rf "$OUT/report"
