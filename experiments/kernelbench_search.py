@@ -161,6 +161,8 @@ def _run_rows(run_dir: Path) -> dict[str, dict]:
             row["seed"] = entry
         if "best" not in row or speedup > row["best"]["speedup"]:
             row["best"] = entry
+        if compiled and eager:
+            row.setdefault("compile_ratios", []).append(compiled / eager)
     for task, children, correct in db.execute(
             "SELECT p.task, COUNT(*), SUM(e.status = 'correct') FROM programs p JOIN evaluations e "
             "ON e.program_id = p.id WHERE p.generation > 0 GROUP BY p.task"):
@@ -168,6 +170,32 @@ def _run_rows(run_dir: Path) -> dict[str, dict]:
     for task, stage, reason in db.execute("SELECT task, stage, reason FROM set_aside"):
         per_task.setdefault(task, {}).update(set_aside=f"{stage}: {reason[:200]}")
     return per_task
+
+
+_MARK = {"run": "*", "standalone": "†"}
+
+
+def _fill_compile(rows: dict[str, dict], base: dict[str, dict]) -> None:
+    """A kernel's torch.compile time where its archive row has none (a result recorded before its
+    task's baseline, in a session that ended before the baseline came): its eager time times a
+    compile-over-eager ratio, as the engine's own cached baseline does
+    (``evaluator.compile_timing=cached``): the median of the task's other rows in the run
+    (``compile_from: run``), else that of the standalone baselines (``standalone``)."""
+    for task, row in rows.items():
+        b = base.get(task, {})
+        ratios = row.pop("compile_ratios", [])
+        if ratios:
+            ratio, source = statistics.median(ratios), "run"
+        elif b.get("compile_ms") and b.get("eager_ms"):
+            ratio, source = b["compile_ms"] / b["eager_ms"], "standalone"
+        else:
+            continue
+        for key in ("seed", "best"):
+            entry = row.get(key)
+            if entry and not entry.get("compile_ms") and entry.get("eager_ms"):
+                entry["compile_ms"] = entry["eager_ms"] * ratio
+                entry["vs_compile"] = entry["compile_ms"] / entry["ms"]
+                entry["compile_from"] = source
 
 
 def _geomean(values: list[float]) -> float | None:
@@ -202,6 +230,8 @@ def collect(args) -> None:
     runs = dict(spec.split("=", 1) for spec in args.run)
     data = {label: _run_rows(Path(path)) for label, path in runs.items()}
     base = json.loads(Path(args.baselines).read_text()) if args.baselines else {}
+    for rows in data.values():
+        _fill_compile(rows, base)
     tasks = sorted({t for rows in data.values() for t in rows} | set(base),
                    key=lambda t: (t[:2], _number(t[3:]) if t[3:4].isdigit() else 0))
     summary = {label: summarize(rows, tasks) for label, rows in data.items()}
@@ -230,11 +260,17 @@ def collect(args) -> None:
             ma = (best["compile_ms"] * b["max_autotune_ms"] / b["compile_ms"]
                   if best and best.get("compile_ms") and b.get("max_autotune_ms") else None)
             lines.append(
-                f"| {task} | {_f(best and best['eager_ms'])} | {_f(best and best['compile_ms'])} | {_f(ma)} | "
+                f"| {task} | {_f(best and best['eager_ms'])} | {_f(best and best['compile_ms'])}"
+                f"{_MARK.get((best or {}).get('compile_from'), '')} | {_f(ma)} | "
                 f"{_f(seed and seed['ms'])} | {_f(best and best['ms'])} | {_f(best and best['speedup'])} | "
                 f"{_f(best and best['vs_compile'])} | {row.get('children', 0)} ({row.get('children_correct', 0)}) | "
                 f"{(best or {}).get('bound') or '-'}, {_f(best and best['floor_ms'])} | "
                 f"{(best or {}).get('operator') or row.get('set_aside', '-')} |")
+        if any(r.get("best", {}).get("compile_from") for r in rows.values()):
+            lines.append("\nThe run's archive has no torch.compile time for the kernels marked (their results "
+                         "came before their task's baseline, in a session that ended first): their eager time "
+                         "times the task's compile-over-eager ratio, \\* the median of the run's other results "
+                         "of the task, † that of the standalone baselines (`--baselines`).")
         lines.append("")
     (out / "kernelbench_search.md").write_text("\n".join(lines))
     print("\n".join(lines))
