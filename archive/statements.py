@@ -40,7 +40,7 @@ FILL_COMPILED = update(EVALUATIONS).where(
     EVALUATIONS.c.runtime_ms > 0, EVALUATIONS.c.ref_runtime_ms > 0).values(
     compiled_runtime_ms=bindparam("ratio") * EVALUATIONS.c.ref_runtime_ms,
     speedup_vs_compiled=bindparam("ratio") * EVALUATIONS.c.ref_runtime_ms / EVALUATIONS.c.runtime_ms)
-WITHOUT_COMPILED = select(EVALUATIONS.c.program_id, PROGRAMS.c.task).join(
+WITHOUT_COMPILED = select(EVALUATIONS.c.program_id, PROGRAMS.c.task, EVALUATIONS.c.device).join(
     PROGRAMS, PROGRAMS.c.id == EVALUATIONS.c.program_id).where(
     EVALUATIONS.c.compiled_runtime_ms.is_(None), EVALUATIONS.c.runtime_ms > 0, EVALUATIONS.c.ref_runtime_ms > 0)
 # A task's programs added since the one with id "after", for the novelty check's fingerprints.

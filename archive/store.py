@@ -245,8 +245,8 @@ class Archive(Exchange, Statistics):
         with self._write() as c:
             return c.execute(sql.FILL_COMPILED, dict(ids=list(program_ids), ratio=float(ratio))).rowcount
 
-    def without_compiled_baseline(self) -> list[tuple[int, str]]:
-        """``(program id, task)`` of timed results without a torch.compile figure: a resumed run's,
+    def without_compiled_baseline(self) -> list[tuple[int, str, str]]:
+        """``(program id, task, device)`` of timed results without a torch.compile figure: a resumed run's,
         recorded before their task's baseline was measured (or with none to come)."""
         with self._tx() as c:
             return [tuple(row) for row in c.execute(sql.WITHOUT_COMPILED).all()]

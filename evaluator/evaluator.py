@@ -215,10 +215,13 @@ class Evaluator:
         second.wall_s += first.wall_s  # both in the sandbox
         return plausibility.reverified(first, second, over, self.settings.plausible_speedup)
 
-    def settled_baselines(self, timeout_s: float = 600.0) -> dict[str, dict]:
+    def settled_baselines(self, timeout_s: float = 600.0, ask: dict[str, str] | None = None) -> dict[str, dict]:
         """Every task's torch.compile baseline asked of this evaluator, ``{task name: {"ratio"} or
         {"error"}}``, once those still measured have ended (at most ``timeout_s``): for the results
-        that came back before theirs (``late_baseline``)."""
+        that came back before theirs (``late_baseline``).  ``ask`` (``{task name: source}``): tasks
+        to measure now if this evaluator has not, so that none of their results stays without one."""
+        for task_name, task_source in (ask or {}).items():
+            self.baselines.prefetch(task_name, task_source)
         return self.baselines.settled(timeout_s)
 
     def check_task(self, task_name: str, task_source: str) -> TaskCheck:

@@ -45,9 +45,10 @@ class Backend(Protocol):
     def evaluate(self, slot: int, task_name: str, task_source: str, source: str,
                  race_bar: float | None = None) -> Future[EvalResult]: ...
 
-    def settled_baselines(self) -> list[dict[str, dict]]:
+    def settled_baselines(self, ask: list[dict[str, str]] | None = None) -> list[dict[str, dict]]:
         """Each evaluator's torch.compile baselines, ``{task: {"ratio"} or {"error"}}``, those still
-        measured awaited: for results that came back before their task's (``late_baseline``)."""
+        measured awaited: for results that came back before their task's (``late_baseline``).
+        ``ask[i]`` (``{task: source}``): tasks evaluator ``i`` measures first where it has not."""
 
     def placement(self) -> dict | None:
         """Where each island and evaluator runs (nodes of a cluster); None where all run in this process."""
@@ -100,8 +101,10 @@ class LocalBackend:
         evaluator = self.evaluators[slot % len(self.evaluators)]
         return self._pool.submit(evaluator.evaluate, task_name, task_source, source, race_bar, late_baseline=True)
 
-    def settled_baselines(self) -> list[dict[str, dict]]:
-        return [e.settled_baselines() for e in self.evaluators]
+    def settled_baselines(self, ask: list[dict[str, str]] | None = None) -> list[dict[str, dict]]:
+        ask = ask or [{}] * len(self.evaluators)
+        with ThreadPoolExecutor(len(self.evaluators)) as pool:  # each evaluator measures its own at once
+            return list(pool.map(lambda e, a: e.settled_baselines(ask=a), self.evaluators, ask))
 
     def placement(self) -> None:
         return None

@@ -254,10 +254,11 @@ class RayBackend:
         return self.evaluators[slot % len(self.evaluators)].evaluate.remote(
             task_name, task_source, source, race_bar, late_baseline=True).future()
 
-    def settled_baselines(self) -> list[dict[str, dict]]:
+    def settled_baselines(self, ask: list[dict[str, str]] | None = None) -> list[dict[str, dict]]:
         """As :meth:`islands.backend.LocalBackend.settled_baselines`, of the evaluator actors (an actor
         lost meanwhile gives none)."""
-        refs = [e.settled_baselines.remote() for e in self.evaluators]
+        ask = ask or [{}] * len(self.evaluators)
+        refs = [e.settled_baselines.remote(ask=a) for e, a in zip(self.evaluators, ask)]
         settled = []
         for ref in refs:
             try:

@@ -86,10 +86,11 @@ def test_a_baseline_whose_request_raises_is_settled_as_an_error(monkeypatch):
         ev.close()
 
 
-def _recorded(archive, late, task, slot, extra, ref_ms=2.0):
+def _recorded(archive, late, task, slot, extra, ref_ms=2.0, device="GPU-A"):
     program = archive.add_program(task=task, island=0, generation=0, operator="seed",
-                                  source=f"# {task} {slot} {len(extra)} {ref_ms}\n")
-    result = EvalResult(status=Status.CORRECT, speedup=ref_ms, runtime_ms=1.0, ref_runtime_ms=ref_ms, extra=extra)
+                                  source=f"# {task} {slot} {len(extra)} {ref_ms} {device}\n")
+    result = EvalResult(status=Status.CORRECT, speedup=ref_ms, runtime_ms=1.0, ref_runtime_ms=ref_ms, extra=extra,
+                        device=device)
     archive.record_evaluation(program, result)
     late.recorded(program, slot, result)
     return program.id
@@ -103,31 +104,61 @@ def _compiled(path, ids):
         reader.close()
 
 
-def test_rows_recorded_before_the_baseline_are_filled_by_a_later_result_of_their_evaluator(tmp_path):
+PENDING = {"compile_baseline": "pending"}
+
+
+def test_rows_recorded_before_the_baseline_are_filled_by_a_later_result_of_their_task_and_gpu_model(tmp_path):
     archive = Archive(f"sqlite:///{tmp_path / 'a.db'}")
-    late = LateBaselines(archive, evaluators=2)
+    late = LateBaselines(archive, evaluators=3)  # evaluators 0 and 1 on GPU-A, 2 on GPU-B
     try:
-        early = [_recorded(archive, late, "t", 0, {"compile_baseline": "pending"}),
-                 _recorded(archive, late, "t", 2, {"compile_baseline": "pending"}, ref_ms=4.0)]
-        other_gpu = _recorded(archive, late, "t", 1, {"compile_baseline": "pending"})  # evaluator 1
-        other_task = _recorded(archive, late, "u", 0, {"compile_baseline": "pending"})
+        early = [_recorded(archive, late, "t", 0, PENDING), _recorded(archive, late, "t", 1, PENDING, ref_ms=4.0)]
+        other_model = _recorded(archive, late, "t", 2, PENDING, device="GPU-B")
+        other_task = _recorded(archive, late, "u", 0, PENDING)
         assert late.pending == 4
-        # The ratio from evaluator 0's measurement fills its own rows of task t, nothing else.
-        _recorded(archive, late, "t", 4, {"compile_baseline_ratio": 0.5})
-        rows = _compiled(tmp_path / "a.db", [*early, other_gpu, other_task])
+        # Evaluator 0's ratio fills task t's rows of its GPU model, evaluator 1's too; nothing else.
+        _recorded(archive, late, "t", 3, {"compile_baseline_ratio": 0.5})
+        rows = _compiled(tmp_path / "a.db", [*early, other_model, other_task])
         assert rows[early[0]] == pytest.approx((1.0, 1.0)) and rows[early[1]] == pytest.approx((2.0, 2.0))
-        assert rows[other_gpu] == (None, None) and rows[other_task] == (None, None)
+        assert rows[other_model] == (None, None) and rows[other_task] == (None, None)
         assert late.pending == 2
 
         class Backend(StandInBackend):  # the end of the run: each evaluator's settled baselines
-            def settled_baselines(self):
-                return [{"u": {"error": "torch.compile failed"}}, {"t": {"ratio": 0.25}}]
+            evaluator_count = 3
+
+            def settled_baselines(self, ask=None):
+                return [{"u": {"error": "torch.compile failed"}}, {"t": {"ratio": 0.5}}, {"t": {"ratio": 0.25}}]
 
         assert late.settle(Backend()) == 1 and late.pending == 0
         assert (late.late, late.filled) == (4, 3)
-        rows = _compiled(tmp_path / "a.db", [other_gpu, other_task])
-        assert rows[other_gpu] == pytest.approx((0.5, 0.5))
+        rows = _compiled(tmp_path / "a.db", [other_model, other_task])
+        assert rows[other_model] == pytest.approx((0.5, 0.5))  # GPU-B's own ratio (0.25 of its 2 ms eager)
         assert rows[other_task] == (None, None)  # its baseline failed: no figure, as for every result of it
+    finally:
+        archive.close()
+
+
+def test_a_waiting_task_no_evaluator_measured_is_measured_at_the_end_spread_over_its_gpus(tmp_path):
+    """A session stopped before its evaluators measured a task (each measures one task at a time) left
+    its rows without a figure; the run's end measures such tasks, one evaluator each, in turn."""
+    archive = Archive(f"sqlite:///{tmp_path / 'a.db'}")
+    late = LateBaselines(archive, evaluators=2)
+    try:
+        rows = [_recorded(archive, late, task, slot, PENDING) for slot, task in enumerate(["a", "b", "c"])]
+        asked = []
+
+        class Backend(StandInBackend):
+            evaluator_count = 2
+
+            def settled_baselines(self, ask=None):
+                asked.append(ask)
+                if ask is None:  # what each has: nothing yet
+                    return [{}, {}]
+                return [{task: {"ratio": 0.5} for task in one} for one in ask]
+
+        assert late.settle(Backend(), {"a": "A", "b": "B", "c": "C", "other": "O"}) == 3
+        assert asked == [None, [{"a": "A", "c": "C"}, {"b": "B"}]]  # only the waiting tasks, spread
+        assert all(v == pytest.approx((1.0, 1.0)) for v in _compiled(tmp_path / "a.db", rows).values())
+        assert late.settle(Backend(), {"a": "A"}) == 0 and len(asked) == 2  # nothing waits: nothing asked
     finally:
         archive.close()
 
@@ -136,7 +167,7 @@ def test_the_local_backend_asks_for_late_baselines_and_settles_them(monkeypatch)
     ev = Evaluator(EvaluatorSettings(device="cpu", compile_baseline=True), "cpu")
     calls = []
     monkeypatch.setattr(ev, "evaluate", lambda *args, **kwargs: calls.append(kwargs) or EvalResult(Status.CORRECT))
-    monkeypatch.setattr(ev, "settled_baselines", lambda: {"t": {"ratio": 0.5}})
+    monkeypatch.setattr(ev, "settled_baselines", lambda ask=None: {"t": {"ratio": 0.5}})
     backend = LocalBackend([None], lambda i: ev, 1)  # no island proposes here
     try:
         backend.evaluate(0, "t", TASK, "a").result(timeout=10)
@@ -168,16 +199,16 @@ def test_evo_run_fills_in_every_late_rows_baseline(tmp_path):
     assert done["event"] == "done" and done["compiled_baseline_filled"] == done["compiled_baseline_late"]
 
 
-def test_a_resumed_runs_rows_without_the_baseline_are_filled_by_its_first_evaluator(tmp_path):
+def test_a_resumed_runs_rows_without_the_baseline_are_filled_by_its_tasks_first_ratio(tmp_path):
     archive = Archive(f"sqlite:///{tmp_path / 'a.db'}")
     try:
         before = LateBaselines(archive, evaluators=2)  # the session that stopped before the baseline came
-        stopped = _recorded(archive, before, "t", 1, {"compile_baseline": "pending"})
-        gone = _recorded(archive, before, "gone", 0, {"compile_baseline": "pending"})  # not in this session
+        stopped = _recorded(archive, before, "t", 1, PENDING)
+        gone = _recorded(archive, before, "gone", 0, PENDING)  # not in this session
         resumed = LateBaselines(archive, evaluators=2)
         resumed.resumed({"t": None})
         assert resumed.pending == 1
-        _recorded(archive, resumed, "t", 2, {"compile_baseline_ratio": 0.5})  # slot 2: evaluator 0
+        _recorded(archive, resumed, "t", 2, {"compile_baseline_ratio": 0.5})  # evaluator 0, same GPU model
         rows = _compiled(tmp_path / "a.db", [stopped, gone])
         assert rows[stopped] == pytest.approx((1.0, 1.0)) and rows[gone] == (None, None)
     finally:

@@ -179,7 +179,7 @@ class Controller:
             if self.failed_in_a_row >= self.settings.max_failed_proposals and not stalled:
                 stalled = True
                 self.events("stalled", failed=self.failed_in_a_row)
-        self.late_baselines.settle(self.backend)  # results back before their task's torch.compile baseline
+        self.late_baselines.settle(self.backend, {n: t.source for n, t in self.tasks.items()})  # rows before their baseline
         self._record_stats()
         # What the last evaluations taught after their commits (fragment scores, the draws they
         # made) is saved with the rest, for a run resumed with a larger budget.

@@ -27,7 +27,7 @@ class StandInEvaluator:
     def score(self, task_name: str, task_source: str, source: str):
         raise NotImplementedError
 
-    def settled_baselines(self) -> dict:
+    def settled_baselines(self, timeout_s: float = 600.0, ask=None) -> dict:
         return {}
 
     def check_task(self, task_name: str, task_source: str) -> TaskCheck:
@@ -66,7 +66,7 @@ class StandInBackend:
     def evaluate(self, slot, task_name, task_source, source, race_bar=None) -> Future:
         raise NotImplementedError
 
-    def settled_baselines(self) -> list[dict]:
+    def settled_baselines(self, ask=None) -> list[dict]:
         return [{} for _ in range(self.evaluator_count)]
 
     def placement(self) -> None:
