@@ -1,0 +1,108 @@
+"""The instructions of a Triton kernel's loops, per iteration, from its Hopper SASS, without a GPU.
+
+Triton's wheel carries ``ptxas`` and ``cuobjdump``: a kernel compiles for ``sm_90`` on any host, and
+each backward branch of its SASS closes a loop, whose instructions are counted by kind (FFMA, the
+integer ones, loads).  A proxy, not a timing: it tells where a change removes work from a hot loop
+(index arithmetic, say), not what that buys on the GPU.
+
+    python3 experiments/sass_loops.py [--old REV]   # the convolution kernels of evaluator/conv_kernel.py
+
+With ``--old REV`` the same cases are counted for ``evaluator/conv_kernel.py`` at that git revision
+(``git show``), side by side.  Prints one JSON object per case and kernel.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU, not the interpreter
+
+INT_OPS = ("IMAD", "IADD", "LOP", "SHF", "ISETP", "LEA", "SEL", "IABS", "PRMT", "IMNMX", "I2F", "F2I", "IMUL")
+
+
+def _module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def loops(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> list[dict]:
+    """Per loop of ``kernel`` (a ``@triton.jit`` function; pointers fp32, other arguments int32,
+    ``constants`` its constexprs), its instructions by kind, innermost loops first."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {n: "constexpr" if n in constants else "*fp32" if n.endswith("_ptr") else "i32"
+                 for n in kernel.arg_names}
+    source = ASTSource(fn=kernel, signature=signature,
+                       constexprs={(kernel.arg_names.index(k),): v for k, v in constants.items()})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": num_warps, "num_stages": num_stages})
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    with tempfile.TemporaryDirectory() as scratch:
+        cubin = Path(scratch) / "kernel.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        sass = subprocess.run([str(tools / "cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True,
+                              check=True).stdout
+    code = [(int(m.group(1), 16), m.group(2)) for m in
+            (re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line) for line in sass.splitlines()) if m]
+    found = []
+    for address, text in code:
+        target = re.search(r"BRA\s.*?0x([0-9a-f]+)", text)
+        if target and int(target.group(1), 16) < address:  # a backward branch: a loop's end
+            start = int(target.group(1), 16)
+            ops = [re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for a, t in code if start <= a <= address]
+            kinds = collections.Counter(ops)
+            found.append({"instructions": len(ops), "ffma": kinds["FFMA"], "hmma": kinds["HMMA"],
+                          "integer": sum(v for k, v in kinds.items() if k.startswith(INT_OPS)),
+                          "loads": kinds["LDG"] + kinds["LDGSTS"]})
+    return sorted(found, key=lambda loop: loop["instructions"])
+
+
+GEOMETRY = dict(stride_d=1, stride_h=1, stride_w=1, pad_d=0, pad_h=0, pad_w=0, dil_d=1, dil_h=1, dil_w=1)
+TILE = dict(KD=1, KH=3, KW=5, HAS_BIAS=False, IEEE=True, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)
+CASES = {  # name: (kernel, constexprs beyond the tile); strides are runtime arguments in older kernels
+    "regular, stride 1": ("_conv_kernel", dict(TRANSPOSED=False, **GEOMETRY)),
+    "transposed, stride 1": ("_conv_kernel", dict(TRANSPOSED=True, **GEOMETRY)),
+    "transposed, stride 2": ("_conv_kernel", dict(TRANSPOSED=True, **dict(GEOMETRY, stride_h=2, stride_w=2,
+                                                                           pad_h=1, pad_w=1))),
+    "transposed, stride 2, phase kernel": ("_conv_phase_kernel", dict(GEOMETRY, stride_h=2, stride_w=2,
+                                                                      pad_h=1, pad_w=1)),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", help="a git revision whose evaluator/conv_kernel.py to count beside")
+    args = parser.parse_args()
+    root = Path(__file__).resolve().parents[1]
+    versions = {"now": _module(root / "evaluator" / "conv_kernel.py", "conv_now")}
+    if args.old:
+        text = subprocess.run(["git", "-C", str(root), "show", f"{args.old}:evaluator/conv_kernel.py"],
+                              capture_output=True, text=True, check=True).stdout
+        old = Path(tempfile.mkdtemp()) / "conv_old.py"
+        old.write_text(text)
+        versions[args.old] = _module(old, "conv_old")
+    for label, module in versions.items():
+        for case, (name, constants) in CASES.items():
+            kernel = getattr(module, name, None)
+            if kernel is None:
+                continue
+            declared = {kernel.arg_names[i] for i in kernel.constexprs}  # an older kernel's strides are runtime
+            constants = {k: v for k, v in {**TILE, **constants}.items() if k in declared}
+            print(json.dumps({"version": label, "case": case, "kernel": name, "loops": loops(kernel, constants)}),
+                  flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
