@@ -69,6 +69,14 @@ class Statistics:
                                 .where(sql.EVALUATIONS.c.program_id.in_(seeds)))
             return total - of_seeds
 
+    def child_evaluation_counts(self) -> dict[str, int]:
+        """Evaluations of programs the search made, per task (run.budget.per_task's unit)."""
+        P, E = sql.PROGRAMS.c, sql.EVALUATIONS.c
+        with self._tx() as c:
+            return dict(c.execute(select(P.task, func.count())
+                                  .select_from(sql.EVALUATIONS.join(sql.PROGRAMS, P.id == E.program_id))
+                                  .where(P.operator.not_in(SEED_OPERATORS)).group_by(P.task)).all())
+
     def record_llm_calls(self, calls: list[dict], *, task: str, island: int, operator: str,
                          program_id: int | None) -> None:
         """One row per request attempt (``program_id``: the program it made, if any)."""

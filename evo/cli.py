@@ -170,6 +170,7 @@ def status_command(args: list[str]) -> int:
             phases = phase_line(run.archive.phase_totals())
             racing = racing_line(run.archive.timing_rounds())
             rejected = run.archive.rejections()
+            per_task = run.config.run.budget.get("per_task")  # None too in runs made before the key
     except EvoError as exc:
         return _fail(str(exc))
     console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and pipes: no wrapped tables
@@ -182,7 +183,8 @@ def status_command(args: list[str]) -> int:
         console.print(model_table(models))
     if pool:
         console.print(fragment_table(table(json.loads(pool))))
-    console.print(f"children evaluated: {children}; resumes: {run.info.get('resumes', 0)}; "
+    cap = f" (at most {per_task} per task)" if per_task is not None else ""
+    console.print(f"children evaluated: {children}{cap}; resumes: {run.info.get('resumes', 0)}; "
                   f"LLM calls: {spend['calls']}, {spend['errors']} failed (${spend['cost_usd']:.4f})")
     if rejected or spend["calls"]:  # novelty rejection judges the LLM's children
         console.print(novelty_line(rejected), soft_wrap=True, markup=False)

@@ -120,6 +120,7 @@ def build(cfg: DictConfig) -> Components:
     try:
         run = RunSettings(
             dir=run_dir, seed=int(cfg.run.seed), budget_evaluations=int(cfg.run.budget.evaluations),
+            budget_per_task=cfg.run.budget.per_task,  # as given: RunSettings refuses 0, 2.5 or "20"
             proposals_per_island=int(cfg.run.proposals_per_island), inspirations=int(cfg.run.inspirations),
             prepared_per_island=None if prepared is None else int(prepared),
             max_failed_proposals=int(cfg.run.max_failed_proposals), stats_interval=int(cfg.run.stats_interval),

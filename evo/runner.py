@@ -154,7 +154,10 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
             archive.set_meta(f"config.{resume_count}", config_yaml)
         archive.set_meta(f"code_version.{resume_count}", version)
         store_sources(archive, c.tasks)
-        events = RunEvents(run_dir, c.run.budget_evaluations, show=c.progress)
+        children = c.run.budget_evaluations  # the progress bar's end: the budget, or every task's cap if less
+        if c.run.budget_per_task is not None:
+            children = min(children, c.run.budget_per_task * len(names))
+        events = RunEvents(run_dir, children, show=c.progress)
 
         def admit(piece: Prepared) -> None:
             """A task's preparation, recorded: its seed (derived or why not), or why it is set aside."""

@@ -93,9 +93,14 @@ def test_pending_duplicates_and_counts(archive):
     assert [p.id for p in archive.pending()] == [child.id]
     assert archive.find_duplicate("t", src(512) + "\n# only a comment differs\n") == child.id
     assert archive.find_duplicate("other", src(512)) is None
-    assert archive.child_evaluation_count() == 0
+    assert archive.child_evaluation_count() == 0 and archive.child_evaluation_counts() == {}
     archive.record_evaluation(child, ok(2.0))
     assert archive.pending() == [] and archive.child_evaluation_count() == 1
+    other = add(archive, src(128), task="u", operator="seed")
+    archive.record_evaluation(other, ok(1.0))
+    archive.record_evaluation(add(archive, src(64), task="u", parents=(other.id,)), ok(1.0))
+    archive.record_evaluation(add(archive, src(32), task="u", parents=(other.id,)), ok(1.0))
+    assert archive.child_evaluation_counts() == {"t": 1, "u": 2}  # per task, seeds left out
 
 
 def test_llm_calls_are_recorded(archive):

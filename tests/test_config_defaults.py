@@ -97,7 +97,7 @@ def test_yaml_and_constructor_defaults_agree(overrides):
 
 def test_the_comparison_reaches_every_settings_class():
     keys = every_default(composed("run.dir=unused"))
-    for key in ("run.budget.evaluations", "run.llm_seeds", "evaluator.pipeline",
+    for key in ("run.budget.evaluations", "run.budget.per_task", "run.llm_seeds", "evaluator.pipeline",
                 "evaluator.timing.warmup_s", "evaluator.cpu_timing.batch", "islands.migration.mode",
                 "ray.placement_timeout_s", "llm.transport", "llm.budget.usd", "llm.meta_prompt.evolve_every",
                 "operators.llm_diff.operator.max_inspirations", "operators.sweep.operator.max_children"):

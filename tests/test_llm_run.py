@@ -22,7 +22,7 @@ from tests.support.llm_server import Faults, ScriptedLLMServer, TrivialEvaluator
 
 def run(tmp_path, tasks, server, *, budget, models=("openai/scripted",), llm_budget=None, repair=0.0,
         offline=False, failing=False, per_island=4, prepared=2, crossover_only=False, prompts=None, evaluator=None,
-        **client_kw):
+        per_task=None, **client_kw):
     # A good reply comes back well inside timeout_s on a loaded machine; the faults' hang lasts longer.
     client = LLMClient(model=list(models), api_base=server.api_base, timeout_s=3, retries=1, backoff_s=0.01,
                        **client_kw)
@@ -40,7 +40,8 @@ def run(tmp_path, tasks, server, *, budget, models=("openai/scripted",), llm_bud
     archive = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
     events = RunEvents(tmp_path, budget, show=False)
     controller = Controller(settings=RunSettings(dir=str(tmp_path), seed=5, budget_evaluations=budget,
-                                                 proposals_per_island=per_island, prepared_per_island=prepared),
+                                                 budget_per_task=per_task, proposals_per_island=per_island,
+                                                 prepared_per_island=prepared),
                             tasks=tasks, archive=archive, backend=backend,
                             migration=MigrationSettings(interval=8), events=events, steering=steering)
     try:
@@ -154,6 +155,15 @@ def test_failed_children_get_at_most_one_repair(tmp_path, builtin_tasks):
         assert repair.result is None or repair.result.correct  # repaired: two VARIANT lines
     prompts = [r.prompt for r in rows(archive, LLMCallRow) if r.operator == "llm_repair"]
     assert prompts and all("does not compile" in p and "CompilationError" in p for p in prompts)
+
+
+def test_repairs_count_against_the_cap_per_task(tmp_path, builtin_tasks):
+    with ScriptedLLMServer(Variants()) as server:
+        archive, _ = run(tmp_path, [builtin_tasks["gelu"], builtin_tasks["softmax"]], server, budget=100,
+                         repair=1.0, failing=True, per_task=6, per_island=1, prepared=0)
+    assert archive.child_evaluation_counts() == {"gelu": 6, "softmax": 6} and archive.pending() == []
+    assert any(r.operator == "llm_repair" for r in rows(archive, ProgramRow))
+    assert event_kinds(tmp_path)[-1] == "done" and "stalled" not in event_kinds(tmp_path)
 
 
 @pytest.mark.parametrize("transport", ["litellm", "http"])

@@ -43,13 +43,14 @@ def test_a_resume_that_names_only_the_run_dir_goes_on_with_the_saved_config():
 
 
 def test_overrides_a_resumed_run_can_honour_are_applied_and_listed():
-    cfg, changes = resume("run.dir=/runs/a", "run.budget.evaluations=40", "llm.budget.usd=2.5",
-                          "operators.constants.weight=3", "evaluator.timeout_s=30", "run.progress=false",
-                          "run.backend=local")  # the same as saved: not a change
+    cfg, changes = resume("run.dir=/runs/a", "run.budget.evaluations=40", "run.budget.per_task=5",
+                          "llm.budget.usd=2.5", "operators.constants.weight=3", "evaluator.timeout_s=30",
+                          "run.progress=false", "run.backend=local")  # the same as saved: not a change
     assert [c.line() for c in changes] == [
         "evaluator.timeout_s: 120 -> 30", "llm.budget.usd: null -> 2.5", "operators.constants.weight: 1.0 -> 3",
-        "run.budget.evaluations: 12 -> 40", "run.progress: true -> false"]
-    assert cfg.run.budget.evaluations == 40 and cfg.llm.budget.usd == 2.5 and cfg.evaluator.timeout_s == 30
+        "run.budget.evaluations: 12 -> 40", "run.budget.per_task: null -> 5", "run.progress: true -> false"]
+    assert cfg.run.budget.evaluations == 40 and cfg.run.budget.per_task == 5
+    assert cfg.llm.budget.usd == 2.5 and cfg.evaluator.timeout_s == 30
     assert list(cfg.task.names) == ["gelu", "row_sum"] and cfg.run.seed == 4  # the rest stays as saved
 
 

@@ -90,6 +90,23 @@ def test_status_shows_the_meta_prompt_pool_of_a_run_that_evolved_one(small_run, 
     assert best[4].startswith(pool.fragments[3].sentences[0][:20])
 
 
+@pytest.mark.parametrize("per_task, line", [(20, "children evaluated: 4 (at most 20 per task); resumes: 0"),
+                                            ("absent", "children evaluated: 4; resumes: 0")])  # an older run's
+def test_status_says_the_cap_per_task(small_run, tmp_path, capsys, per_task, line):
+    from omegaconf import OmegaConf
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(small_run, run_dir)
+    config = OmegaConf.load(run_dir / "config.yaml")
+    if per_task == "absent":
+        del config.run.budget["per_task"]
+    else:
+        config.run.budget.per_task = per_task
+    OmegaConf.save(config, run_dir / "config.yaml")
+    assert main(["status", f"run.dir={run_dir}"]) == 0
+    assert line in capsys.readouterr().out
+
+
 def test_the_phase_line_counts_overlapping_evaluations_once_in_wall_time():
     from archive.queries import _union
     from evo.views.summary import phase_line

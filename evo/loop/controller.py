@@ -9,7 +9,8 @@ proposal's model and holds the budgets (proposing stops cleanly when they
 are spent), learns from which children improved, and schedules the repair
 of failed children (at most one attempt each, with a set probability).  A task
 without a correct program is asked seed proposals (no parent) while ``evo.loop.seeding``
-allows, and set aside when none can come.
+allows, and set aside when none can come.  A task at its ``run.budget.per_task`` children is given
+no proposal (``evo.loop.task_budget``).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from evo.loop.run_settings import RunSettings
 from evo.loop.scheduler import MAX_LOST_EVALUATIONS, EvaluationQueue
 from evo.loop.seeding import Seeding
 from evo.loop.startup import Prepared
+from evo.loop.task_budget import TaskBudget
 from islands.backend import Backend
 from islands.migration import MigrationSettings, migration_round
 from islands.stagnation import Stagnation
@@ -87,6 +89,7 @@ class Controller:
         self.rng = np.random.default_rng([settings.seed, 1_000_003, resume_count])
         self.hardware = ""
         self.children_done = 0
+        self.task_budget = TaskBudget(settings.budget_per_task)  # run.budget.per_task
         self.failed_in_a_row = 0
         self._task_cycle = {i: itertools.cycle(self.tasks) for i in range(backend.island_count)}
         self._island_shares = [0] * backend.island_count  # proposals started on each island in this session
@@ -102,13 +105,15 @@ class Controller:
         self.late_baselines = LateBaselines(archive, backend.evaluator_count)
 
     # -- bookkeeping ---------------------------------------------------------
-    def _committed(self) -> int:
-        children = sum(p.operator not in SEED_OPERATORS for p in self._evaluations.programs())
-        return self.children_done + children + sum(out.parent is not None for out in self._proposals.values())
+    def _children_under_way(self) -> list[str]:
+        """The task of each child under way: queued or under evaluation, or proposed from a parent."""
+        return [*(p.task for p in self._evaluations.programs() if p.operator not in SEED_OPERATORS),
+                *(out.task for out in self._proposals.values() if out.parent is not None)]
 
     def _start(self) -> None:
         self.loop_state.restore(self.archive)  # continue where the last committed change left off
         self.children_done = self.archive.child_evaluation_count()
+        self.task_budget.load(self.archive)
         self.late_baselines.resumed(self.tasks)  # rows of a session that ended before their baseline
         self.readiness.load(self.tasks)
         self.stagnation = Stagnation.of_run(self.archive, list(self.tasks), self.migration.reseed_after,
@@ -206,15 +211,17 @@ class Controller:
         held = Counter(out.island for future, out in self._proposals.items() if not future.done())
         backlog = self._pacing.backlog()
         for _ in range(most * islands):
-            left = self.settings.budget_evaluations - self._committed()
+            under_way = self._children_under_way()  # counted against the budget, and each task's cap
+            left = self.settings.budget_evaluations - self.children_done - len(under_way)
             # Proposals prepared beyond an island's requests only while more than a wave of the budget
             # is left: at the end one would wait a whole reply for its island's slot while another
             # island's slot stood idle.
             cap = most if left > requests * islands else requests
             room = [i for i in range(islands) if held[i] < cap]
             seed_for = self.readiness.seed_task(self._evaluations.programs(), self._tasks_out())  # seeds are outside the evaluation budget
-            searchable = self.readiness.ready if self.arrivals is None else \
-                self.arrivals.searchable(self.readiness.ready, len(self.tasks), left,
+            ready = self.task_budget.open(self.readiness.ready, under_way, self.feedback)
+            searchable = ready if self.arrivals is None else \
+                self.arrivals.searchable(ready, len(self.tasks), left,
                                          any(p.operator == SEED for p in self._evaluations.programs()))
             if (not room or len(self._proposals) >= most * islands or self._evaluations.queued >= backlog
                     or (seed_for is None and (not searchable or left <= 0))):
@@ -347,6 +354,8 @@ class Controller:
             if self.stagnation.evaluated(program.task, program.island, speedup, result.speedup_noise):
                 self._reseed(program.task, program.island)
             before, self.children_done = self.children_done, self.children_done + 1
+            if self.task_budget.recorded(program.task):
+                self.events("task_budget_spent", task=program.task, children=self.task_budget.cap)
             if self.migration.due(before, self.children_done):
                 self._migrate()
             if self.children_done % self.settings.stats_interval == 0:

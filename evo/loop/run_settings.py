@@ -9,6 +9,7 @@ class RunSettings:
     dir: str
     seed: int = 0
     budget_evaluations: int = 48  # evaluations of children (seeds are extra)
+    budget_per_task: int | None = None  # evaluations of children per task (None: no cap; evo.loop.task_budget)
     proposals_per_island: int = 2  # proposals in flight per island (with LLM operators: requests in flight)
     # With LLM operators: proposals per island prepared beyond its requests in flight, each sent the
     # moment a request comes back, so the endpoint never waits on the run loop's bookkeeping.
@@ -25,6 +26,11 @@ class RunSettings:
     def __post_init__(self):
         if self.budget_evaluations < 0:
             raise ValueError("run.budget.evaluations must be >= 0")
+        if self.budget_per_task is not None and (isinstance(self.budget_per_task, bool)
+                                                 or not isinstance(self.budget_per_task, int)
+                                                 or self.budget_per_task < 1):
+            raise ValueError(f"run.budget.per_task must be an integer >= 1, or null for no cap per task "
+                             f"(got {self.budget_per_task!r})")
         if self.proposals_per_island < 1:
             raise ValueError("run.proposals_per_island must be >= 1")
         if self.prepared_per_island is not None and self.prepared_per_island < 0:
