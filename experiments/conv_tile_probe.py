@@ -8,6 +8,9 @@ Each variant's output is compared with cuDNN's (max |diff| over max |ref|) so a 
 and wrong shows.
 
     python3 experiments/conv_tile_probe.py .kbsrc/search --out $OUT/conv_tiles.json [--only l1_62 ...]
+    # two versions of the library side by side, each with the tile a seed starts from:
+    python3 experiments/conv_tile_probe.py .kbsrc/search --out $OUT/ab.json --seed-tile \
+        --library before=.kbsrc/conv_kernel_before.py --library now=evaluator/conv_kernel.py
 
 Medians of ``triton.testing.do_bench`` (L2 flushed between runs), one process, one GPU.
 """
@@ -24,6 +27,9 @@ from pathlib import Path
 import torch
 import triton
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from evaluator.compile_seed import seed_tile  # noqa: E402
+
 # block_m, block_n, block_k, num_warps, num_stages; the first is the seeds' default today
 TILES = [(64, 32, 32, 4, 2), (64, 64, 32, 4, 3), (128, 64, 32, 4, 3), (128, 64, 32, 8, 3), (128, 128, 32, 8, 3),
          (256, 64, 32, 8, 3), (128, 128, 16, 8, 4), (64, 16, 32, 4, 2)]
@@ -34,14 +40,18 @@ CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d,
          torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 
 
-def library(precision: str):
-    """``evaluator.conv_kernel`` with its fp32 dots in ``precision``, as a module of its own file."""
-    source = (Path(__file__).parents[1] / "evaluator" / "conv_kernel.py").read_text()
+HERE = Path(__file__).parents[1] / "evaluator" / "conv_kernel.py"
+
+
+def library(precision: str, path: Path = HERE, label: str = "now"):
+    """``path`` (a version of ``evaluator/conv_kernel.py``) with its fp32 dots in ``precision``, as a
+    module of its own file."""
+    source = Path(path).read_text()
     if precision != "ieee":
         source = source.replace('input_precision="ieee"', f'input_precision="{precision}"')
-    path = Path(tempfile.mkdtemp()) / f"conv_{precision}.py"
+    path = Path(tempfile.mkdtemp()) / f"conv_{label}_{precision}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"conv_{precision}", path)
+    spec = importlib.util.spec_from_file_location(f"conv_{label}_{precision}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -64,11 +74,15 @@ def captured_convolutions(path: Path) -> list[tuple[torch.nn.Module, torch.Tenso
     return seen
 
 
+def transposed(module) -> bool:
+    return isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))
+
+
 def run_tile(lib, module, x, tile):
     m, n, k, warps, stages = tile
-    transposed = isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))
+    flipped = transposed(module)
     return lambda: lib._convolution(x, module.weight, module.bias, module.stride, module.padding, module.dilation,
-                                    transposed, module.output_padding if transposed else (0,), module.groups,
+                                    flipped, module.output_padding if flipped else (0,), module.groups,
                                     block_m=m, block_n=n, block_k=k, num_warps=warps, num_stages=stages)
 
 
@@ -78,10 +92,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="*", default=None, help="file name prefixes")
     parser.add_argument("--deadline", type=float, default=500.0, help="seconds; the rest is skipped")
+    parser.add_argument("--library", action="append", default=None,
+                        help="LABEL=PATH, a version of evaluator/conv_kernel.py (repeatable; default: this one)")
+    parser.add_argument("--precisions", default="ieee,tf32x3")
+    parser.add_argument("--seed-tile", action="store_true",
+                        help="only the tile a seed starts from (evaluator.compile_seed.seed_tile), not the grid")
     args = parser.parse_args()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    libs = {p: library(p) for p in ("ieee", "tf32x3")}
+    versions = dict(spec.split("=", 1) for spec in args.library) if args.library else {"now": str(HERE)}
+    libs = {(label, p): library(p, Path(path), label) for label, path in versions.items()
+            for p in args.precisions.split(",")}
     began, rows = time.monotonic(), []
     files = sorted(p for p in args.folder.glob("*.py") if "conv" in p.name.lower())
     if args.only:
@@ -103,30 +124,46 @@ def main() -> None:
                 direct = module.out_channels // module.groups == 1
                 row = {"problem": path.stem, "conv": index, "module": repr(module)[:160],
                        "input": list(x.shape), "cudnn_ms": cudnn_ms, "tiles": []}
-                for precision, lib in libs.items():
-                    for tile in DIRECT_TILES if direct else TILES:
+                tiles = [seed_tile(tuple(module.weight.shape), transposed(module), module.groups)] if args.seed_tile \
+                    else DIRECT_TILES if direct else TILES
+                for (label, precision), lib in libs.items():
+                    for tile in tiles:
                         call = run_tile(lib, module, x, tile)
                         try:
                             err = (call() - ref).abs().max().item() / scale
                             ms = triton.testing.do_bench(call, return_mode="median")
                         except Exception as exc:  # noqa: BLE001 (out of shared memory for a large tile)
-                            row["tiles"].append({"precision": precision, "tile": tile,
+                            row["tiles"].append({"library": label, "precision": precision, "tile": tile,
                                                  "error": f"{type(exc).__name__}: {str(exc)[:120]}"})
                             continue
-                        row["tiles"].append({"precision": precision, "tile": tile, "ms": ms, "rel_err": err})
+                        row["tiles"].append({"library": label, "precision": precision, "tile": tile, "ms": ms,
+                                             "rel_err": err})
             ok = [t for t in row["tiles"] if "ms" in t and t["rel_err"] < 1e-4]
-            default = next(t for t in row["tiles"] if t["precision"] == "ieee" and t["tile"] == TILES[0])
+            default = next((t for t in row["tiles"] if t["precision"] == "ieee" and t["tile"] == tiles[0]), {})
             best = min(ok, key=lambda t: t["ms"]) if ok else None
             row["default_over_cudnn"] = default.get("ms", float("nan")) / cudnn_ms
             row["best"] = best
-            said = f"{best['ms']:.3f} ms {best['precision']} {best['tile']}" if best else "none correct"
+            said = f"{best['ms']:.3f} ms {best['library']} {best['precision']} {best['tile']}" if best else "none"
             print(f"{path.stem}[{index}] cudnn {cudnn_ms:.3f} ms, default {default.get('ms', float('nan')):.3f}, "
                   f"best {said}", flush=True)
+            for label in versions if len(versions) > 1 else ():
+                mine = [t for t in ok if t["library"] == label]
+                if mine:
+                    fastest = min(mine, key=lambda t: t["ms"])
+                    row[f"{label}_ms"] = fastest["ms"]
+                    print(f"  {label}: {fastest['ms']:.3f} ms ({fastest['precision']}), "
+                          f"{fastest['ms'] / cudnn_ms:.2f}x cuDNN's", flush=True)
             rows.append(row)
             del ref
         torch.cuda.empty_cache()
+        write(args, versions, rows)  # after each problem: a call cut short keeps what it measured
+    write(args, versions, rows)
+
+
+def write(args, versions: dict, rows: list) -> None:
     meta = {"command": " ".join(["python3", *sys.argv]), "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__, "triton": triton.__version__, "tiles": TILES, "direct_tiles": DIRECT_TILES}
+            "torch": torch.__version__, "triton": triton.__version__, "tiles": TILES, "direct_tiles": DIRECT_TILES,
+            "libraries": versions, "seed_tile": args.seed_tile}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
