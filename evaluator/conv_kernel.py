@@ -12,14 +12,16 @@ input straight from the input tensor, so the memory use is that of cuDNN (the ou
   kernel taps; the third grid axis is the group.
 - A transposed convolution gathers too: output position ``y`` and tap ``k`` read input
   ``(y + padding - k * dilation) / stride`` where that division is exact, zero elsewhere
-  (no scatter, no atomics: the result is deterministic).  With a stride, whether the division
-  is exact depends on ``y`` modulo the stride alone (its phase): a third kernel takes one phase's
-  output positions a program and visits only the taps that phase admits, about one in
-  ``stride ** dims`` (the general kernel multiplied the others by zero).
+  (no scatter, no atomics: the result is deterministic).
+- From 16 input channels a group, a second kernel puts the taps outermost: a tap's input
+  positions are worked out once per row of the tile, its channels are the inner loop.  Transposed
+  with a stride, whether the division is exact depends on ``y`` modulo the stride alone (its
+  phase): each program takes one phase's output positions and visits only the taps that phase
+  admits, about one in ``stride ** dims`` (the general kernel multiplied the others by zero).
+- The gathers are built with the reduction index in rows, so that a warp's lanes run along
+  consecutive input addresses (output positions), not across channels ``H * W`` apart.
 - Stride, padding and dilation are compile-time constants: a transposed convolution's division
-  and remainder by the stride, per element of the gather, become shifts or vanish (a stride of
-  one); in the general kernel's inner loop that halved the integer instructions (Hopper SASS,
-  ``ptxas`` from Triton's wheel).
+  and remainder by the stride become shifts, or vanish for a stride of one.
 - fp32 products are exact (``input_precision="ieee"``): the evaluator's references run
   without TF32, and so does this.
 - One output channel per group (depthwise) gives the tensor cores nothing to multiply: such a
@@ -85,30 +87,34 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
         rest_k = rest_k // KH
         kd = rest_k % KD
         channel = rest_k // KD
+        # The gathers are built with the reduction index in rows: a warp's lanes then run along the
+        # output positions (the input's consecutive addresses) and along a weight row's taps, not
+        # across channels H * W apart (Triton lays lanes along the last dimension where it cannot
+        # tell which is contiguous); both are turned for the product.
         if TRANSPOSED:
-            td = od[:, None] + pad_d - kd[None, :] * dil_d
-            th = oh[:, None] + pad_h - kh[None, :] * dil_h
-            tw = ow[:, None] + pad_w - kw[None, :] * dil_w
+            td = od[None, :] + pad_d - kd[:, None] * dil_d
+            th = oh[None, :] + pad_h - kh[:, None] * dil_h
+            tw = ow[None, :] + pad_w - kw[:, None] * dil_w
             valid = (td >= 0) & (th >= 0) & (tw >= 0)
             valid = valid & (td % stride_d == 0) & (th % stride_h == 0) & (tw % stride_w == 0)
             i_d = td // stride_d
             i_h = th // stride_h
             i_w = tw // stride_w
         else:
-            i_d = od[:, None] * stride_d - pad_d + kd[None, :] * dil_d
-            i_h = oh[:, None] * stride_h - pad_h + kh[None, :] * dil_h
-            i_w = ow[:, None] * stride_w - pad_w + kw[None, :] * dil_w
+            i_d = od[None, :] * stride_d - pad_d + kd[:, None] * dil_d
+            i_h = oh[None, :] * stride_h - pad_h + kh[:, None] * dil_h
+            i_w = ow[None, :] * stride_w - pad_w + kw[:, None] * dil_w
             valid = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
         valid = valid & (i_d < D_in) & (i_h < H_in) & (i_w < W_in)
-        x_offsets = (channel[None, :].to(tl.int64) * sxc + i_d.to(tl.int64) * sxd
+        x_offsets = (channel[:, None].to(tl.int64) * sxc + i_d.to(tl.int64) * sxd
                      + i_h.to(tl.int64) * sxh + i_w.to(tl.int64) * sxw)
-        a = tl.load(x_base[:, None] + x_offsets, mask=m_mask[:, None] & k_mask[None, :] & valid, other=0.0)
-        taps = kd[:, None] * swd + kh[:, None] * swh + kw[:, None] * sww
+        a = tl.trans(tl.load(x_base[None, :] + x_offsets, mask=k_mask[:, None] & m_mask[None, :] & valid, other=0.0))
+        taps = kd[None, :] * swd + kh[None, :] * swh + kw[None, :] * sww
         if TRANSPOSED:  # weight (C_in, O / groups, *kernel)
-            w_offsets = (group * C_group + channel)[:, None] * sw0 + offs_n[None, :] * sw1 + taps
+            w_offsets = (group * C_group + channel)[None, :] * sw0 + offs_n[:, None] * sw1 + taps
         else:  # weight (O, C_in / groups, *kernel)
-            w_offsets = (group * O_group + offs_n)[None, :] * sw0 + channel[:, None] * sw1 + taps
-        b = tl.load(w_ptr + w_offsets, mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+            w_offsets = (group * O_group + offs_n)[:, None] * sw0 + channel[None, :] * sw1 + taps
+        b = tl.trans(tl.load(w_ptr + w_offsets, mask=n_mask[:, None] & k_mask[None, :], other=0.0))
         if IEEE:
             acc += tl.dot(a, b, input_precision="ieee")
         else:
@@ -118,47 +124,53 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
 
 
 @triton.jit
-def _conv_phase_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
-                       D_in, H_in, W_in, D_out, H_out, W_out, QD, QH, QW, M_phase, C_group, O_group,
-                       sxn, sxc, sxd, sxh, sxw, sw0, sw1, swd, swh, sww, son, soo, sod, soh, sow,
-                       stride_d: tl.constexpr, stride_h: tl.constexpr, stride_w: tl.constexpr,
-                       pad_d: tl.constexpr, pad_h: tl.constexpr, pad_w: tl.constexpr,
-                       dil_d: tl.constexpr, dil_h: tl.constexpr, dil_w: tl.constexpr,
-                       KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
-                       HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # A transposed convolution with a stride: output y takes tap k only where the stride divides
-    # y + padding - k * dilation, which depends on y modulo the stride alone (its phase).  Each
-    # program takes rows of one phase, so a tap is kept or skipped for the whole tile, and only the
-    # taps the phase admits are visited (about one in stride^dims), the channels innermost.
-    # The phases of one block of rows run side by side: together they write every output element
-    # of the region, so L2 holds whole sectors when it writes them back (a phase alone writes one
-    # element in stride).
-    phase = tl.program_id(0) % (stride_d * stride_h * stride_w)
-    pid_m = tl.program_id(0) // (stride_d * stride_h * stride_w)
+def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
+                      D_in, H_in, W_in, D_out, H_out, W_out, QD, QH, QW, M_phase, C_group, O_group,
+                      sxn, sxc, sxd, sxh, sxw, sw0, sw1, swd, swh, sww, son, soo, sod, soh, sow,
+                      stride_d: tl.constexpr, stride_h: tl.constexpr, stride_w: tl.constexpr,
+                      pad_d: tl.constexpr, pad_h: tl.constexpr, pad_w: tl.constexpr,
+                      dil_d: tl.constexpr, dil_h: tl.constexpr, dil_w: tl.constexpr,
+                      KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, TRANSPOSED: tl.constexpr,
+                      HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # Taps outermost, a tap's channels innermost: a tap's input positions are worked out once per
+    # row of the tile, not once per element of each gather.
+    # Transposed, output y takes tap k only where the stride divides y + padding - k * dilation,
+    # which depends on y modulo the stride alone (its phase): each program takes rows of one phase,
+    # so a tap is kept or skipped for the whole tile and only the taps the phase admits are visited
+    # (about one in stride^dims).  The phases of one block of rows run side by side: together they
+    # write every output element of the region, so L2 holds whole sectors when it writes them back.
+    # Not transposed, there is one phase: rows are output positions.
+    PHASES: tl.constexpr = stride_d * stride_h * stride_w if TRANSPOSED else 1
+    phase = tl.program_id(0) % PHASES
+    pid_m = tl.program_id(0) // PHASES
     pid_n = tl.program_id(1)
     group = tl.program_id(2)
-    r_w = phase % stride_w
-    r_h = (phase // stride_w) % stride_h
-    r_d = phase // (stride_w * stride_h)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_c = tl.arange(0, BLOCK_K)
     n_mask = offs_n < O_group
-    # row m of the phase = ((n * QD + qd) * QH + qh) * QW + qw; output (r_d + qd * stride_d, ...)
+    # row m of the phase = ((n * QD + qd) * QH + qh) * QW + qw
     qw = offs_m % QW
     rest = offs_m // QW
     qh = rest % QH
     rest = rest // QH
     qd = rest % QD
     batch = (rest // QD).to(tl.int64)
-    od = r_d + qd * stride_d
-    oh = r_h + qh * stride_h
-    ow = r_w + qw * stride_w
+    if TRANSPOSED:  # output (r_d + qd * stride_d, ...)
+        r_w = phase % stride_w
+        r_h = (phase // stride_w) % stride_h
+        r_d = phase // (stride_w * stride_h)
+        od = r_d + qd * stride_d
+        oh = r_h + qh * stride_h
+        ow = r_w + qw * stride_w
+    else:
+        r_d, r_h, r_w = 0, 0, 0
+        od, oh, ow = qd, qh, qw
     m_mask = (offs_m < M_phase) & (od < D_out) & (oh < H_out) & (ow < W_out)
     x_base = x_ptr + batch * sxn + (group * C_group).to(tl.int64) * sxc
-    # y + padding - k * dilation, shifted by a multiple of the stride so that it is never negative
-    # (the remainder and quotient of a negative number differ between C and Python)
+    # Transposed: y + padding - k * dilation, shifted by a multiple of the stride so that it is never
+    # negative (the remainder and quotient of a negative number differ between C and Python).
     shift_d: tl.constexpr = stride_d * ((KD - 1) * dil_d // stride_d + 1)
     shift_h: tl.constexpr = stride_h * ((KH - 1) * dil_h // stride_h + 1)
     shift_w: tl.constexpr = stride_w * ((KW - 1) * dil_w // stride_w + 1)
@@ -170,20 +182,30 @@ def _conv_phase_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
         td = r_d + pad_d - kd * dil_d + shift_d
         th = r_h + pad_h - kh * dil_h + shift_h
         tw = r_w + pad_w - kw * dil_w + shift_w
-        if (td % stride_d == 0) & (th % stride_h == 0) & (tw % stride_w == 0):  # the phase admits this tap
-            i_d = qd + (td // stride_d - shift_d // stride_d)
-            i_h = qh + (th // stride_h - shift_h // stride_h)
-            i_w = qw + (tw // stride_w - shift_w // stride_w)
+        if not TRANSPOSED or ((td % stride_d == 0) & (th % stride_h == 0) & (tw % stride_w == 0)):
+            if TRANSPOSED:
+                i_d = qd + (td // stride_d - shift_d // stride_d)
+                i_h = qh + (th // stride_h - shift_h // stride_h)
+                i_w = qw + (tw // stride_w - shift_w // stride_w)
+                w_tap = w_ptr + kd * swd + kh * swh + kw * sww + offs_n[None, :] * sw1  # (C_in, O / groups, ...)
+            else:
+                i_d = qd * stride_d + (kd * dil_d - pad_d)
+                i_h = qh * stride_h + (kh * dil_h - pad_h)
+                i_w = qw * stride_w + (kw * dil_w - pad_w)
+                w_tap = w_ptr + kd * swd + kh * swh + kw * sww + (group * O_group + offs_n)[None, :] * sw0
             rows = m_mask & (i_d >= 0) & (i_h >= 0) & (i_w >= 0) & (i_d < D_in) & (i_h < H_in) & (i_w < W_in)
             x_rows = x_base + i_d.to(tl.int64) * sxd + i_h.to(tl.int64) * sxh + i_w.to(tl.int64) * sxw
-            w_tap = w_ptr + kd * swd + kh * swh + kw * sww + offs_n[None, :] * sw1
             for c0 in range(0, C_group, BLOCK_K):
                 channel = c0 + offs_c
                 c_mask = channel < C_group
-                a = tl.load(x_rows[:, None] + channel[None, :].to(tl.int64) * sxc,
-                            mask=rows[:, None] & c_mask[None, :], other=0.0)
-                b = tl.load(w_tap + (group * C_group + channel)[:, None] * sw0,  # weight (C_in, O / groups, *kernel)
-                            mask=c_mask[:, None] & n_mask[None, :], other=0.0)
+                # lanes along the rows (consecutive input addresses), not across channels H * W apart
+                a = tl.trans(tl.load(x_rows[None, :] + channel[:, None].to(tl.int64) * sxc,
+                                     mask=c_mask[:, None] & rows[None, :], other=0.0))
+                if TRANSPOSED:
+                    w_channel = (group * C_group + channel)[:, None] * sw0
+                else:
+                    w_channel = channel[:, None] * sw1
+                b = tl.load(w_tap + w_channel, mask=c_mask[:, None] & n_mask[None, :], other=0.0)
                 if IEEE:
                     acc += tl.dot(a, b, input_precision="ieee")
                 else:
@@ -295,18 +317,17 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
         _conv_direct_kernel[(triton.cdiv(m_total, block_m), 1, groups)](
             x, weight, b_arg, out, *sizes, *layouts, **shared)
         return out
-    # A strided transposed convolution visits only the taps each output's phase admits (see the
-    # kernel), a tap's channels in the inner loop: with fewer than 16 channels a group, which leave
-    # most of a product's depth empty, it keeps the general kernel.
-    if transposed and max(stride) > 1 and c_group >= 16:
-        strides = _spatial3(stride, 1)
-        quotients = [-(-n // s) for n, s in zip(_spatial3(spatial, 1), strides)]  # rows a phase, per dim
+    # 16 channels a group or more: taps outermost, a tap's channels innermost (and, transposed, only
+    # the taps each output's phase admits: see the kernel).  Fewer leave most of a product's depth
+    # empty: the general kernel then runs the taps and channels as one reduction.
+    if c_group >= 16:
+        strides = _spatial3(stride, 1) if transposed else [1, 1, 1]  # rows a phase, per dimension
+        quotients = [-(-n // s) for n, s in zip(_spatial3(spatial, 1), strides)]
         m_phase = batch * _count(quotients)
         block_k = max(16, min(block_k, triton.next_power_of_2(c_group)))  # channels are the inner loop
         grid = (_count(strides) * triton.cdiv(m_phase, block_m), triton.cdiv(o_group, block_n), groups)
-        _conv_phase_kernel[grid](x, weight, b_arg, out, *sizes[:6], *quotients, m_phase, c_group, o_group,
-                                 *layouts, IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k,
-                                 **{k: v for k, v in shared.items() if k != "TRANSPOSED"})
+        _conv_taps_kernel[grid](x, weight, b_arg, out, *sizes[:6], *quotients, m_phase, c_group, o_group,
+                                *layouts, IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k, **shared)
         return out
     grid = (triton.cdiv(m_total, block_m), triton.cdiv(o_group, block_n), groups)
     _conv_kernel[grid](x, weight, b_arg, out, c_in, *sizes, o_group, k_total, *layouts,

@@ -63,9 +63,9 @@ def loops(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> l
             start = int(target.group(1), 16)
             ops = [re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for a, t in code if start <= a <= address]
             kinds = collections.Counter(ops)
-            found.append({"instructions": len(ops), "ffma": kinds["FFMA"], "hmma": kinds["HMMA"],
+            found.append({"instructions": len(ops), "ffma": kinds["FFMA"], "mma": kinds["HMMA"] + kinds["HGMMA"],
                           "integer": sum(v for k, v in kinds.items() if k.startswith(INT_OPS)),
-                          "loads": kinds["LDG"] + kinds["LDGSTS"]})
+                          "loads": kinds["LDG"] + kinds["LDGSTS"], "shared_loads": kinds["LDS"]})
     return sorted(found, key=lambda loop: loop["instructions"])
 
 
@@ -78,6 +78,10 @@ CASES = {  # name: (kernel, constexprs beyond the tile); strides are runtime arg
                                                                            pad_h=1, pad_w=1))),
     "transposed, stride 2, phase kernel": ("_conv_phase_kernel", dict(GEOMETRY, stride_h=2, stride_w=2,
                                                                       pad_h=1, pad_w=1)),
+    "regular, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=False, **GEOMETRY)),
+    "transposed, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **GEOMETRY)),
+    "transposed, stride 2, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **dict(
+        GEOMETRY, stride_h=2, stride_w=2, pad_h=1, pad_w=1))),
 }
 
 

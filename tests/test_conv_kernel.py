@@ -41,12 +41,16 @@ def conv():
     # the tiled implicit GEMM, for comparison on the same footing
     (lambda: torch.nn.Conv2d(3, 8, 3, padding=1), (2, 3, 6, 6)),
     (lambda: torch.nn.ConvTranspose2d(4, 6, (3, 5), padding=(1, 2)), (2, 4, 5, 6)),
-    # strided transposed convolutions with 16 channels a group or more: the phase kernel
+    # 16 channels a group or more: taps outermost (transposed: one output phase a program)
     (lambda: torch.nn.ConvTranspose2d(16, 6, 3, stride=2, padding=1, output_padding=1), (2, 16, 5, 6)),
     (lambda: torch.nn.ConvTranspose2d(16, 6, 3, stride=5, padding=1, dilation=2), (1, 16, 4, 5)),
     (lambda: torch.nn.ConvTranspose3d(16, 4, 3, stride=2, padding=1), (1, 16, 3, 4, 3)),
     (lambda: torch.nn.ConvTranspose1d(20, 6, 5, stride=3, padding=2, dilation=2, output_padding=1), (2, 20, 7)),
     (lambda: torch.nn.ConvTranspose2d(32, 8, (3, 2), stride=(2, 1), groups=2, bias=False), (1, 32, 5, 4)),
+    (lambda: torch.nn.ConvTranspose2d(16, 6, (3, 5), padding=(1, 2)), (2, 16, 5, 6)),
+    (lambda: torch.nn.Conv2d(16, 8, 3, stride=2, padding=1, dilation=(1, 2)), (2, 16, 7, 9)),
+    (lambda: torch.nn.Conv3d(32, 4, 3, padding=1, groups=2), (1, 32, 3, 4, 5)),
+    (lambda: torch.nn.Conv1d(20, 6, 5, stride=3, padding=2, dilation=2), (2, 20, 17)),
     # fewer than 16 channels a group: the general kernel, strided
     (lambda: torch.nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1), (1, 3, 3, 4, 3)),
 ])
@@ -73,7 +77,7 @@ def test_the_convolution_matches_pytorchs_on_the_direct_and_the_tiled_path(conv,
 
 
 def test_a_strided_transposed_convolution_visits_only_the_taps_its_phases_admit(conv, monkeypatch):
-    """With a stride, an output takes a tap only where the stride divides its offset: the phase kernel
+    """With a stride, an output takes a tap only where the stride divides its offset: the taps kernel
     (each program one phase's rows) alone computes it, and right."""
     convolution, device = conv
     monkeypatch.setitem(convolution.__globals__, "_conv_kernel", None)  # the general kernel is not called
