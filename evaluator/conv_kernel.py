@@ -13,11 +13,12 @@ input straight from the input tensor, so the memory use is that of cuDNN (the ou
 - A transposed convolution gathers too: output position ``y`` and tap ``k`` read input
   ``(y + padding - k * dilation) / stride`` where that division is exact, zero elsewhere
   (no scatter, no atomics: the result is deterministic).
-- From 16 input channels a group, a second kernel puts the taps outermost: a tap's input
-  positions are worked out once per row of the tile, its channels are the inner loop.  Transposed
-  with a stride, whether the division is exact depends on ``y`` modulo the stride alone (its
-  phase): each program takes one phase's output positions and visits only the taps that phase
-  admits, about one in ``stride ** dims`` (the general kernel multiplied the others by zero).
+- From 16 input channels a group, a second kernel runs the reduction over (tap, block of
+  channels): a tap's input positions are worked out per row of the tile, not per element.
+  Transposed with a stride, whether the division is exact depends on ``y`` modulo the stride
+  alone (its phase): each program takes one phase's output positions and visits only the taps
+  that phase admits, about one in ``stride ** dims`` (the general kernel multiplied the others
+  by zero).
 - The gathers are built with the reduction index in rows, so that a warp's lanes run along
   consecutive input addresses (output positions), not across channels ``H * W`` apart.
 - Stride, padding and dilation are compile-time constants: a transposed convolution's division
@@ -124,6 +125,62 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
 
 
 @triton.jit
+def _admitted(r, pad, dil, stride, shift, K, STEP: tl.constexpr, TRANSPOSED: tl.constexpr):
+    # Along one dimension, the first tap a transposed convolution's phase r admits and how many it
+    # admits: they are STEP = stride / gcd(stride, dilation) apart.  Not transposed: all K from 0.
+    if TRANSPOSED:
+        first = K
+        for j in tl.static_range(STEP):
+            first = tl.where((first == K) & ((r + pad - j * dil + shift) % stride == 0), j, first)
+        return first, tl.where(first < K, (K - 1 - first) // STEP + 1, 0)
+    else:
+        return 0, K
+
+
+@triton.jit
+def _tap_rows(qd, qh, qw, r_d, r_h, r_w, m_mask, x_base, w_ptr, offs_n, group, O_group, D_in, H_in, W_in,
+              sxd, sxh, sxw, sw0, sw1, swd, swh, sww, kd, kh, kw,
+              stride_d: tl.constexpr, stride_h: tl.constexpr, stride_w: tl.constexpr,
+              pad_d: tl.constexpr, pad_h: tl.constexpr, pad_w: tl.constexpr,
+              dil_d: tl.constexpr, dil_h: tl.constexpr, dil_w: tl.constexpr,
+              shift_d: tl.constexpr, shift_h: tl.constexpr, shift_w: tl.constexpr, TRANSPOSED: tl.constexpr):
+    # A tap's input row of each output position of the tile, whether it is inside the input, and
+    # the tap's weights for the tile's output channels.
+    if TRANSPOSED:
+        i_d = qd + ((r_d + pad_d - kd * dil_d + shift_d) // stride_d - shift_d // stride_d)
+        i_h = qh + ((r_h + pad_h - kh * dil_h + shift_h) // stride_h - shift_h // stride_h)
+        i_w = qw + ((r_w + pad_w - kw * dil_w + shift_w) // stride_w - shift_w // stride_w)
+        w_tap = w_ptr + kd * swd + kh * swh + kw * sww + offs_n[None, :] * sw1  # weight (C_in, O / groups, ...)
+    else:
+        i_d = qd * stride_d + (kd * dil_d - pad_d)
+        i_h = qh * stride_h + (kh * dil_h - pad_h)
+        i_w = qw * stride_w + (kw * dil_w - pad_w)
+        w_tap = w_ptr + kd * swd + kh * swh + kw * sww + (group * O_group + offs_n)[None, :] * sw0
+    rows = m_mask & (i_d >= 0) & (i_h >= 0) & (i_w >= 0) & (i_d < D_in) & (i_h < H_in) & (i_w < W_in)
+    x_rows = x_base + i_d.to(tl.int64) * sxd + i_h.to(tl.int64) * sxh + i_w.to(tl.int64) * sxw
+    return rows, x_rows, w_tap
+
+
+@triton.jit
+def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, group, n_mask, sxc, sw0, sw1,
+                     TRANSPOSED: tl.constexpr, IEEE: tl.constexpr):
+    # One tap's block of input channels times its weights, added to the tile.  The gather's lanes
+    # run along the rows (consecutive input addresses), not across channels H * W apart.
+    c_mask = channel < C_group
+    a = tl.trans(tl.load(x_rows[None, :] + channel[:, None].to(tl.int64) * sxc,
+                         mask=c_mask[:, None] & rows[None, :], other=0.0))
+    if TRANSPOSED:
+        w_channel = (group * C_group + channel)[:, None] * sw0
+    else:
+        w_channel = channel[:, None] * sw1
+    b = tl.load(w_tap + w_channel, mask=c_mask[:, None] & n_mask[None, :], other=0.0)
+    if IEEE:
+        return acc + tl.dot(a, b, input_precision="ieee")
+    else:
+        return acc + tl.dot(a, b)
+
+
+@triton.jit
 def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
                       D_in, H_in, W_in, D_out, H_out, W_out, QD, QH, QW, M_phase, C_group, O_group,
                       sxn, sxc, sxd, sxh, sxw, sw0, sw1, swd, swh, sww, son, soo, sod, soh, sow,
@@ -132,9 +189,10 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
                       dil_d: tl.constexpr, dil_h: tl.constexpr, dil_w: tl.constexpr,
                       KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, TRANSPOSED: tl.constexpr,
                       HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # Taps outermost, a tap's channels innermost: a tap's input positions are worked out once per
-    # row of the tile, not once per element of each gather.
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      TAP_STEP_D: tl.constexpr, TAP_STEP_H: tl.constexpr, TAP_STEP_W: tl.constexpr):
+    # The reduction runs over taps, then a tap's channels: a tap's input positions are worked out
+    # per row of the tile, not per element of each gather.
     # Transposed, output y takes tap k only where the stride divides y + padding - k * dilation,
     # which depends on y modulo the stride alone (its phase): each program takes rows of one phase,
     # so a tap is kept or skipped for the whole tile and only the taps the phase admits are visited
@@ -175,41 +233,24 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
     shift_h: tl.constexpr = stride_h * ((KH - 1) * dil_h // stride_h + 1)
     shift_w: tl.constexpr = stride_w * ((KW - 1) * dil_w // stride_w + 1)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for tap in range(KD * KH * KW):
-        kw = tap % KW
-        kh = (tap // KW) % KH
-        kd = tap // (KW * KH)
-        td = r_d + pad_d - kd * dil_d + shift_d
-        th = r_h + pad_h - kh * dil_h + shift_h
-        tw = r_w + pad_w - kw * dil_w + shift_w
-        if not TRANSPOSED or ((td % stride_d == 0) & (th % stride_h == 0) & (tw % stride_w == 0)):
-            if TRANSPOSED:
-                i_d = qd + (td // stride_d - shift_d // stride_d)
-                i_h = qh + (th // stride_h - shift_h // stride_h)
-                i_w = qw + (tw // stride_w - shift_w // stride_w)
-                w_tap = w_ptr + kd * swd + kh * swh + kw * sww + offs_n[None, :] * sw1  # (C_in, O / groups, ...)
-            else:
-                i_d = qd * stride_d + (kd * dil_d - pad_d)
-                i_h = qh * stride_h + (kh * dil_h - pad_h)
-                i_w = qw * stride_w + (kw * dil_w - pad_w)
-                w_tap = w_ptr + kd * swd + kh * swh + kw * sww + (group * O_group + offs_n)[None, :] * sw0
-            rows = m_mask & (i_d >= 0) & (i_h >= 0) & (i_w >= 0) & (i_d < D_in) & (i_h < H_in) & (i_w < W_in)
-            x_rows = x_base + i_d.to(tl.int64) * sxd + i_h.to(tl.int64) * sxh + i_w.to(tl.int64) * sxw
-            for c0 in range(0, C_group, BLOCK_K):
-                channel = c0 + offs_c
-                c_mask = channel < C_group
-                # lanes along the rows (consecutive input addresses), not across channels H * W apart
-                a = tl.trans(tl.load(x_rows[None, :] + channel[:, None].to(tl.int64) * sxc,
-                                     mask=c_mask[:, None] & rows[None, :], other=0.0))
-                if TRANSPOSED:
-                    w_channel = (group * C_group + channel)[:, None] * sw0
-                else:
-                    w_channel = channel[:, None] * sw1
-                b = tl.load(w_tap + w_channel, mask=c_mask[:, None] & n_mask[None, :], other=0.0)
-                if IEEE:
-                    acc += tl.dot(a, b, input_precision="ieee")
-                else:
-                    acc += tl.dot(a, b)
+    geometry = (qd, qh, qw, r_d, r_h, r_w, m_mask, x_base, w_ptr, offs_n, group, O_group, D_in, H_in, W_in,
+                sxd, sxh, sxw, sw0, sw1, swd, swh, sww)
+    # One loop over (admitted tap, channel block), which Triton pipelines across taps (a tap's
+    # channels are one or two blocks where a group has 32 or 64): per dimension, the first tap the
+    # phase admits and how many, TAP_STEP apart.
+    first_d, count_d = _admitted(r_d, pad_d, dil_d, stride_d, shift_d, KD, TAP_STEP_D, TRANSPOSED)
+    first_h, count_h = _admitted(r_h, pad_h, dil_h, stride_h, shift_h, KH, TAP_STEP_H, TRANSPOSED)
+    first_w, count_w = _admitted(r_w, pad_w, dil_w, stride_w, shift_w, KW, TAP_STEP_W, TRANSPOSED)
+    blocks = tl.cdiv(C_group, BLOCK_K)
+    for step in range(count_d * count_h * count_w * blocks):
+        t = step // blocks
+        kw = first_w + (t % count_w) * TAP_STEP_W
+        kh = first_h + (t // count_w % count_h) * TAP_STEP_H
+        kd = first_d + (t // (count_w * count_h)) * TAP_STEP_D
+        rows, x_rows, w_tap = _tap_rows(*geometry, kd, kh, kw, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w,
+                                        dil_d, dil_h, dil_w, shift_d, shift_h, shift_w, TRANSPOSED)
+        acc = _channel_product(acc, x_rows, rows, w_tap, (step % blocks) * BLOCK_K + offs_c, C_group, group,
+                               n_mask, sxc, sw0, sw1, TRANSPOSED, IEEE)
     _store_tile(acc, out_ptr, b_ptr, batch, group * O_group + offs_n, od, oh, ow, son, soo, sod, soh, sow,
                 m_mask, n_mask, HAS_BIAS)
 
@@ -326,13 +367,22 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
         m_phase = batch * _count(quotients)
         block_k = max(16, min(block_k, triton.next_power_of_2(c_group)))  # channels are the inner loop
         grid = (_count(strides) * triton.cdiv(m_phase, block_m), triton.cdiv(o_group, block_n), groups)
+        steps = [s // _gcd(s, d) for s, d in zip(strides, _spatial3(dilation, 1))]  # admitted taps apart
         _conv_taps_kernel[grid](x, weight, b_arg, out, *sizes[:6], *quotients, m_phase, c_group, o_group,
-                                *layouts, IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k, **shared)
+                                *layouts, IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k,
+                                TAP_STEP_D=steps[0], TAP_STEP_H=steps[1], TAP_STEP_W=steps[2],
+                                **shared)
         return out
     grid = (triton.cdiv(m_total, block_m), triton.cdiv(o_group, block_n), groups)
     _conv_kernel[grid](x, weight, b_arg, out, c_in, *sizes, o_group, k_total, *layouts,
                        IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k, **shared)
     return out
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
 
 
 def _count(sizes) -> int:

@@ -71,6 +71,7 @@ def loops(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> l
 
 GEOMETRY = dict(stride_d=1, stride_h=1, stride_w=1, pad_d=0, pad_h=0, pad_w=0, dil_d=1, dil_h=1, dil_w=1)
 TILE = dict(KD=1, KH=3, KW=5, HAS_BIAS=False, IEEE=True, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)
+STEPS = dict(TAP_STEP_D=1, TAP_STEP_H=1, TAP_STEP_W=1)  # the taps kernel's admitted taps, this far apart
 CASES = {  # name: (kernel, constexprs beyond the tile); strides are runtime arguments in older kernels
     "regular, stride 1": ("_conv_kernel", dict(TRANSPOSED=False, **GEOMETRY)),
     "transposed, stride 1": ("_conv_kernel", dict(TRANSPOSED=True, **GEOMETRY)),
@@ -78,10 +79,10 @@ CASES = {  # name: (kernel, constexprs beyond the tile); strides are runtime arg
                                                                            pad_h=1, pad_w=1))),
     "transposed, stride 2, phase kernel": ("_conv_phase_kernel", dict(GEOMETRY, stride_h=2, stride_w=2,
                                                                       pad_h=1, pad_w=1)),
-    "regular, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=False, **GEOMETRY)),
-    "transposed, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **GEOMETRY)),
+    "regular, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=False, **GEOMETRY, **STEPS)),
+    "transposed, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **GEOMETRY, **STEPS)),
     "transposed, stride 2, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **dict(
-        GEOMETRY, stride_h=2, stride_w=2, pad_h=1, pad_w=1))),
+        GEOMETRY, stride_h=2, stride_w=2, pad_h=1, pad_w=1), **dict(STEPS, TAP_STEP_H=2, TAP_STEP_W=2))),
 }
 
 

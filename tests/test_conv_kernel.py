@@ -48,6 +48,10 @@ def conv():
     (lambda: torch.nn.ConvTranspose1d(20, 6, 5, stride=3, padding=2, dilation=2, output_padding=1), (2, 20, 7)),
     (lambda: torch.nn.ConvTranspose2d(32, 8, (3, 2), stride=(2, 1), groups=2, bias=False), (1, 32, 5, 4)),
     (lambda: torch.nn.ConvTranspose2d(16, 6, (3, 5), padding=(1, 2)), (2, 16, 5, 6)),
+    # admitted taps 1, 2 or 3 apart (stride over its gcd with the dilation), stride and dilation by dimension
+    (lambda: torch.nn.ConvTranspose2d(16, 6, 4, stride=(4, 2), dilation=(2, 3), padding=(3, 1), output_padding=1),
+     (1, 16, 3, 4)),
+    (lambda: torch.nn.ConvTranspose3d(16, 4, (2, 3, 5), stride=(3, 1, 2), padding=(0, 1, 2)), (1, 16, 2, 3, 4)),
     (lambda: torch.nn.Conv2d(16, 8, 3, stride=2, padding=1, dilation=(1, 2)), (2, 16, 7, 9)),
     (lambda: torch.nn.Conv3d(32, 4, 3, padding=1, groups=2), (1, 32, 3, 4, 5)),
     (lambda: torch.nn.Conv1d(20, 6, 5, stride=3, padding=2, dilation=2), (2, 20, 17)),
