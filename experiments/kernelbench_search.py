@@ -26,7 +26,8 @@ each call, medians), fp32 products in fp32 as the evaluator runs them.  A proble
 the shapes it timed), the seed's time, the best correct kernel's time and its speedups, the
 children evaluated, the roofline floor and bound; then geomeans over eager and over torch.compile
 (problems without a correct kernel left out, and counted), fast_1 over torch.compile, and the
-median fraction of the memory floor reached by the best kernels of memory-bound problems.
+median fraction of the memory floor reached by the best kernels of memory-bound problems; the
+same per family (convolutions, GEMMs and the others, told by KernelBench's file names).
 Writes ``kernelbench_search.json`` and ``kernelbench_search.md`` under ``--out``.
 """
 from __future__ import annotations
@@ -203,7 +204,23 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+def family(task: str) -> str:
+    """``convolution``, ``gemm`` (a matrix product and its epilogue) or ``other`` (elementwise,
+    reductions, pooling), from KernelBench's file names."""
+    name = task.lower()
+    if "conv" in name:
+        return "convolution"
+    return "gemm" if "gemm" in name or "matmul" in name else "other"
+
+
 def summarize(rows: dict[str, dict], tasks: list[str]) -> dict:
+    out = _summary(rows, tasks)
+    out["families"] = {name: _summary(rows, [t for t in tasks if family(t) == name])
+                       for name in ("other", "gemm", "convolution") if any(family(t) == name for t in tasks)}
+    return out
+
+
+def _summary(rows: dict[str, dict], tasks: list[str]) -> dict:
     best = [rows.get(t, {}).get("best") for t in tasks]
     solved = [b for b in best if b]
     memory = [b["floor_ms"] / b["ms"] for b in solved if b.get("bound") == "memory" and b.get("floor_ms")]
@@ -224,6 +241,10 @@ def summarize(rows: dict[str, dict], tasks: list[str]) -> dict:
 
 def _f(value, digits=3, suffix="") -> str:
     return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _percent(fraction) -> str:
+    return _f(None if fraction is None else 100 * fraction, 1)
 
 
 def collect(args) -> None:
@@ -248,8 +269,11 @@ def collect(args) -> None:
                   f"**{_f(s['geomean_vs_compile'])}x** (seeds {_f(s['seed_geomean_vs_compile'])}x); fast_1 over "
                   f"torch.compile {_f(s['fast_1_vs_compile'], 2)}, over eager {_f(s['fast_1_vs_eager'], 2)}; "
                   f"memory-bound best kernels ({s['memory_bound']}): median "
-                  f"{_f(None if s['memory_floor_fraction_median'] is None else 100 * s['memory_floor_fraction_median'], 1)}% "
-                  "of the memory floor", "",
+                  f"{_percent(s['memory_floor_fraction_median'])}% of the memory floor", "",
+                  *[f"- {name} ({f['problems']}): best over torch.compile {_f(f['geomean_vs_compile'])}x, seeds "
+                    f"{_f(f['seed_geomean_vs_compile'])}x; memory-bound ({f['memory_bound']}) median "
+                    f"{_percent(f['memory_floor_fraction_median'])}% of the floor"
+                    for name, f in s["families"].items()], "",
                   "| problem | eager ms | compile ms | max-autotune ms | seed ms | best ms | best / eager | "
                   "best / compile | children (correct) | bound, floor ms | best's operator |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
