@@ -380,6 +380,7 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
 
 
 def _gcd(a: int, b: int) -> int:
+    # not math.gcd: a seed carries this text under its own imports, which do not include math
     while b:
         a, b = b, a % b
     return a

@@ -77,8 +77,6 @@ CASES = {  # name: (kernel, constexprs beyond the tile); strides are runtime arg
     "transposed, stride 1": ("_conv_kernel", dict(TRANSPOSED=True, **GEOMETRY)),
     "transposed, stride 2": ("_conv_kernel", dict(TRANSPOSED=True, **dict(GEOMETRY, stride_h=2, stride_w=2,
                                                                            pad_h=1, pad_w=1))),
-    "transposed, stride 2, phase kernel": ("_conv_phase_kernel", dict(GEOMETRY, stride_h=2, stride_w=2,
-                                                                      pad_h=1, pad_w=1)),
     "regular, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=False, **GEOMETRY, **STEPS)),
     "transposed, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **GEOMETRY, **STEPS)),
     "transposed, stride 2, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **dict(
