@@ -247,9 +247,19 @@ def _percent(fraction) -> str:
     return _f(None if fraction is None else 100 * fraction, 1)
 
 
+def _merged_rows(paths: str) -> dict[str, dict]:
+    """The rows of ``DIR1+DIR2+...``, a task's row taken from the last run that searched it: a
+    record whose later run searched again some of an earlier run's problems."""
+    rows: dict[str, dict] = {}
+    for path in paths.split("+"):
+        for task, row in _run_rows(Path(path)).items():
+            rows[task] = {**row, "run": path}
+    return rows
+
+
 def collect(args) -> None:
     runs = dict(spec.split("=", 1) for spec in args.run)
-    data = {label: _run_rows(Path(path)) for label, path in runs.items()}
+    data = {label: _merged_rows(paths) for label, paths in runs.items()}
     base = json.loads(Path(args.baselines).read_text()) if args.baselines else {}
     for rows in data.values():
         _fill_compile(rows, base)
@@ -331,7 +341,8 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--max-autotune-mode", default="max-autotune-no-cudagraphs")
     p = sub.add_parser("collect")
-    p.add_argument("--run", action="append", required=True, help="LABEL=RUN_DIR")
+    p.add_argument("--run", action="append", required=True,
+                   help="LABEL=RUN_DIR, or LABEL=DIR1+DIR2 (a task's row from the last run that searched it)")
     p.add_argument("--baselines")
     p.add_argument("--out", required=True)
     p = sub.add_parser("seeds")
