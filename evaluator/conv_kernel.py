@@ -20,7 +20,8 @@ input straight from the input tensor, so the memory use is that of cuDNN (the ou
   that phase admits, about one in ``stride ** dims`` (the general kernel multiplied the others
   by zero).
 - The gathers are built with the reduction index in rows, so that a warp's lanes run along
-  consecutive input addresses (output positions), not across channels ``H * W`` apart.
+  consecutive input addresses (output positions), not across channels ``H * W`` apart; the
+  second kernel reads the weight packed with output channels innermost.
 - Stride, padding and dilation are compile-time constants: a transposed convolution's division
   and remainder by the stride become shifts, or vanish for a stride of one.
 - fp32 products are exact (``input_precision="ieee"``): the evaluator's references run
@@ -138,42 +139,37 @@ def _admitted(r, pad, dil, stride, shift, K, STEP: tl.constexpr, TRANSPOSED: tl.
 
 
 @triton.jit
-def _tap_rows(qd, qh, qw, r_d, r_h, r_w, m_mask, x_base, w_ptr, offs_n, group, O_group, D_in, H_in, W_in,
-              sxd, sxh, sxw, sw0, sw1, swd, swh, sww, kd, kh, kw,
+def _tap_rows(qd, qh, qw, r_d, r_h, r_w, m_mask, x_base, w_group, C_group, O_group, D_in, H_in, W_in,
+              sxd, sxh, sxw, kd, kh, kw,
               stride_d: tl.constexpr, stride_h: tl.constexpr, stride_w: tl.constexpr,
               pad_d: tl.constexpr, pad_h: tl.constexpr, pad_w: tl.constexpr,
               dil_d: tl.constexpr, dil_h: tl.constexpr, dil_w: tl.constexpr,
-              shift_d: tl.constexpr, shift_h: tl.constexpr, shift_w: tl.constexpr, TRANSPOSED: tl.constexpr):
+              shift_d: tl.constexpr, shift_h: tl.constexpr, shift_w: tl.constexpr,
+              KH: tl.constexpr, KW: tl.constexpr, TRANSPOSED: tl.constexpr):
     # A tap's input row of each output position of the tile, whether it is inside the input, and
-    # the tap's weights for the tile's output channels.
+    # the tap's weights for the tile's output channels (packed: see the kernel).
     if TRANSPOSED:
         i_d = qd + ((r_d + pad_d - kd * dil_d + shift_d) // stride_d - shift_d // stride_d)
         i_h = qh + ((r_h + pad_h - kh * dil_h + shift_h) // stride_h - shift_h // stride_h)
         i_w = qw + ((r_w + pad_w - kw * dil_w + shift_w) // stride_w - shift_w // stride_w)
-        w_tap = w_ptr + kd * swd + kh * swh + kw * sww + offs_n[None, :] * sw1  # weight (C_in, O / groups, ...)
     else:
         i_d = qd * stride_d + (kd * dil_d - pad_d)
         i_h = qh * stride_h + (kh * dil_h - pad_h)
         i_w = qw * stride_w + (kw * dil_w - pad_w)
-        w_tap = w_ptr + kd * swd + kh * swh + kw * sww + (group * O_group + offs_n)[None, :] * sw0
+    w_tap = w_group + ((kd * KH + kh) * KW + kw) * C_group * O_group
     rows = m_mask & (i_d >= 0) & (i_h >= 0) & (i_w >= 0) & (i_d < D_in) & (i_h < H_in) & (i_w < W_in)
     x_rows = x_base + i_d.to(tl.int64) * sxd + i_h.to(tl.int64) * sxh + i_w.to(tl.int64) * sxw
     return rows, x_rows, w_tap
 
 
 @triton.jit
-def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, group, n_mask, sxc, sw0, sw1,
-                     TRANSPOSED: tl.constexpr, IEEE: tl.constexpr):
+def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, O_group, n_mask, sxc, IEEE: tl.constexpr):
     # One tap's block of input channels times its weights, added to the tile.  The gather's lanes
     # run along the rows (consecutive input addresses), not across channels H * W apart.
     c_mask = channel < C_group
     a = tl.trans(tl.load(x_rows[None, :] + channel[:, None].to(tl.int64) * sxc,
                          mask=c_mask[:, None] & rows[None, :], other=0.0))
-    if TRANSPOSED:
-        w_channel = (group * C_group + channel)[:, None] * sw0
-    else:
-        w_channel = channel[:, None] * sw1
-    b = tl.load(w_tap + w_channel, mask=c_mask[:, None] & n_mask[None, :], other=0.0)
+    b = tl.load(w_tap + channel[:, None] * O_group, mask=c_mask[:, None] & n_mask[None, :], other=0.0)
     if IEEE:
         return acc + tl.dot(a, b, input_precision="ieee")
     else:
@@ -183,7 +179,7 @@ def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, group, n_mask, 
 @triton.jit
 def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
                       D_in, H_in, W_in, D_out, H_out, W_out, QD, QH, QW, M_phase, C_group, O_group,
-                      sxn, sxc, sxd, sxh, sxw, sw0, sw1, swd, swh, sww, son, soo, sod, soh, sow,
+                      sxn, sxc, sxd, sxh, sxw, son, soo, sod, soh, sow,
                       stride_d: tl.constexpr, stride_h: tl.constexpr, stride_w: tl.constexpr,
                       pad_d: tl.constexpr, pad_h: tl.constexpr, pad_w: tl.constexpr,
                       dil_d: tl.constexpr, dil_h: tl.constexpr, dil_w: tl.constexpr,
@@ -233,8 +229,10 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
     shift_h: tl.constexpr = stride_h * ((KH - 1) * dil_h // stride_h + 1)
     shift_w: tl.constexpr = stride_w * ((KW - 1) * dil_w // stride_w + 1)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    geometry = (qd, qh, qw, r_d, r_h, r_w, m_mask, x_base, w_ptr, offs_n, group, O_group, D_in, H_in, W_in,
-                sxd, sxh, sxw, sw0, sw1, swd, swh, sww)
+    # the weight comes packed as (group, tap, channel, output channel), output channels contiguous
+    w_group = w_ptr + group * (KD * KH * KW) * C_group * O_group + offs_n[None, :]
+    geometry = (qd, qh, qw, r_d, r_h, r_w, m_mask, x_base, w_group, C_group, O_group, D_in, H_in, W_in,
+                sxd, sxh, sxw)
     # One loop over (admitted tap, channel block), which Triton pipelines across taps (a tap's
     # channels are one or two blocks where a group has 32 or 64): per dimension, the first tap the
     # phase admits and how many, TAP_STEP apart.
@@ -248,9 +246,9 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
         kh = first_h + (t // count_w % count_h) * TAP_STEP_H
         kd = first_d + (t // (count_w * count_h)) * TAP_STEP_D
         rows, x_rows, w_tap = _tap_rows(*geometry, kd, kh, kw, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w,
-                                        dil_d, dil_h, dil_w, shift_d, shift_h, shift_w, TRANSPOSED)
-        acc = _channel_product(acc, x_rows, rows, w_tap, (step % blocks) * BLOCK_K + offs_c, C_group, group,
-                               n_mask, sxc, sw0, sw1, TRANSPOSED, IEEE)
+                                        dil_d, dil_h, dil_w, shift_d, shift_h, shift_w, KH, KW, TRANSPOSED)
+        acc = _channel_product(acc, x_rows, rows, w_tap, (step % blocks) * BLOCK_K + offs_c, C_group, O_group,
+                               n_mask, sxc, IEEE)
     _store_tile(acc, out_ptr, b_ptr, batch, group * O_group + offs_n, od, oh, ow, son, soo, sod, soh, sow,
                 m_mask, n_mask, HAS_BIAS)
 
@@ -345,10 +343,11 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     if out.numel() == 0:
         return out
     # what both kernels take: the layouts, the convolution's parameters, its taps
-    layouts = (x.stride(0), x.stride(1), *_spatial3(x.stride()[2:], 0),
-               weight.stride(0), weight.stride(1), *_spatial3(weight.stride()[2:], 0),
-               out.stride(0), out.stride(1), *_spatial3(out.stride()[2:], 0),
-               *_spatial3(stride, 1), *_spatial3(padding, 0), *_spatial3(dilation, 1))
+    x_layout = (x.stride(0), x.stride(1), *_spatial3(x.stride()[2:], 0))
+    w_layout = (weight.stride(0), weight.stride(1), *_spatial3(weight.stride()[2:], 0))
+    out_layout = (out.stride(0), out.stride(1), *_spatial3(out.stride()[2:], 0))
+    geometry = (*_spatial3(stride, 1), *_spatial3(padding, 0), *_spatial3(dilation, 1))
+    layouts = (*x_layout, *w_layout, *out_layout, *geometry)
     kd, kh, kw = _spatial3(kernel, 1)
     shared = dict(KD=kd, KH=kh, KW=kw, TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None,
                   BLOCK_M=block_m, num_warps=num_warps, num_stages=num_stages)
@@ -368,8 +367,17 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
         block_k = max(16, min(block_k, triton.next_power_of_2(c_group)))  # channels are the inner loop
         grid = (_count(strides) * triton.cdiv(m_phase, block_m), triton.cdiv(o_group, block_n), groups)
         steps = [s // _gcd(s, d) for s, d in zip(strides, _spatial3(dilation, 1))]  # admitted taps apart
-        _conv_taps_kernel[grid](x, weight, b_arg, out, *sizes[:6], *quotients, m_phase, c_group, o_group,
-                                *layouts, IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k,
+        # The weight packed as (group, tap, channel, output channel), one copy a call: a tap's weights
+        # are then rows of consecutive output channels.  In PyTorch's layout a tile's columns lie
+        # C * taps (transposed: taps) floats apart, a sector each: 8x the sectors of the packed tile
+        # and 4x those of the input tile a step (suspected in the stride-1 loss of section 9,
+        # kernelbench_search.md).
+        taps = _count(kernel)
+        packed = (weight.reshape(groups, c_group, o_group, taps).permute(0, 3, 1, 2) if transposed else
+                  weight.reshape(groups, o_group, c_group, taps).permute(0, 3, 2, 1)).contiguous()
+        _conv_taps_kernel[grid](x, packed, b_arg, out, *sizes[:6], *quotients, m_phase, c_group, o_group,
+                                *x_layout, *out_layout, *geometry, IEEE=x.dtype == torch.float32,
+                                BLOCK_N=block_n, BLOCK_K=block_k,
                                 TAP_STEP_D=steps[0], TAP_STEP_H=steps[1], TAP_STEP_W=steps[2],
                                 **shared)
         return out

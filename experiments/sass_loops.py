@@ -44,7 +44,11 @@ def loops(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> l
 
     signature = {n: "constexpr" if n in constants else "*fp32" if n.endswith("_ptr") else "i32"
                  for n in kernel.arg_names}
-    source = ASTSource(fn=kernel, signature=signature,
+    # As at a launch, where Triton marks the pointers and the integers divisible by 16 (here: the
+    # channel counts of KernelBench's convolutions, 32 and 64) and may vectorize loads with them.
+    divisible = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in kernel.arg_names
+                 if n not in constants and (n.endswith("_ptr") or n in DIVISIBLE)}
+    source = ASTSource(fn=kernel, signature=signature, attrs=divisible,
                        constexprs={(kernel.arg_names.index(k),): v for k, v in constants.items()})
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": num_warps, "num_stages": num_stages})
@@ -65,10 +69,13 @@ def loops(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> l
             kinds = collections.Counter(ops)
             found.append({"instructions": len(ops), "ffma": kinds["FFMA"], "mma": kinds["HMMA"] + kinds["HGMMA"],
                           "integer": sum(v for k, v in kinds.items() if k.startswith(INT_OPS)),
-                          "loads": kinds["LDG"] + kinds["LDGSTS"], "shared_loads": kinds["LDS"]})
+                          "loads": kinds["LDG"] + kinds["LDGSTS"], "shared_loads": kinds["LDS"],
+                          "wide_loads": sum(1 for a, t in code if start <= a <= address
+                                            and re.match(r"(@!?U?P\w+\s+)?LDG(STS)?\.\S*(64|128)", t))})
     return sorted(found, key=lambda loop: loop["instructions"])
 
 
+DIVISIBLE = ("c_in", "C_group", "O_group")
 GEOMETRY = dict(stride_d=1, stride_h=1, stride_w=1, pad_d=0, pad_h=0, pad_w=0, dil_d=1, dil_h=1, dil_w=1)
 TILE = dict(KD=1, KH=3, KW=5, HAS_BIAS=False, IEEE=True, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)
 STEPS = dict(TAP_STEP_D=1, TAP_STEP_H=1, TAP_STEP_W=1)  # the taps kernel's admitted taps, this far apart
