@@ -167,8 +167,9 @@ def convert_template(index: int, name: str, source: str, fn: ast.FunctionDef) ->
     (num_warps, num_stages in the decorator) to the configuration inductor's autotuning chose.
     In inductor's tiled GEMM the tile becomes compile-time parameters fed from module
     constants, and the launcher recomputes the grid (tiles of M times tiles of N) from them.
-    Any other template with a fixed grid (a convolution, a GEMM specialised to K divisible by
-    its BLOCK_K) keeps its tile and the wrapper's grid; only its warps and stages are tunable.
+    A GEMM specialised to K divisible by its BLOCK_K (``EVEN_K``) keeps that BLOCK_K.  Any other
+    template with a fixed grid (a convolution, say) keeps its tile and the wrapper's grid; only its
+    warps and stages are tunable.
     """
     decorator = next(d for d in fn.decorator_list if isinstance(d, ast.Call))
     launch = {kw.arg: ast.literal_eval(kw.value) for kw in decorator.keywords if kw.arg in ("num_warps", "num_stages")}
@@ -180,11 +181,16 @@ def convert_template(index: int, name: str, source: str, fn: ast.FunctionDef) ->
     assigned = {stmt.targets[0].id: ast.unparse(stmt.value) for stmt in fn.body
                 if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)}
     tile = [c for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M") if c in pinned]
-    retiled = (tile[:2] == ["BLOCK_M", "BLOCK_N"] and assigned.get("M") in runtime and assigned.get("N") in runtime
-               and "grid_m = (M + BLOCK_M - 1) // BLOCK_M" in source
-               and ast.unparse(getattr(pinned.get("EVEN_K"), "value", ast.Constant(False))) == "False")
+    # M and N: the kernel's parameters, or literals where inductor compiled for static shapes
+    extent = {d: assigned.get(d) for d in ("M", "N")
+              if assigned.get(d) in runtime or str(assigned.get(d)).isdigit()}
+    retiled = tile[:2] == ["BLOCK_M", "BLOCK_N"] and len(extent) == 2 and "grid_m = (M + BLOCK_M - 1) // BLOCK_M" in source
     if not retiled:
         tile = []
+    elif ast.unparse(getattr(pinned.get("EVEN_K"), "value", ast.Constant(False))) != "False":
+        # specialised to K divisible by its BLOCK_K, the loads along K may have no mask: another
+        # BLOCK_K could read past K, so it stays as inductor chose it (rows and columns wrap or are masked)
+        tile.remove("BLOCK_K")
     lines = source.splitlines()
     dropped = {pinned[c].lineno for c in tile}
     body = [line for number, line in enumerate(lines[fn.body[0].lineno - 1:fn.end_lineno], fn.body[0].lineno)
@@ -197,7 +203,7 @@ def convert_template(index: int, name: str, source: str, fn: ast.FunctionDef) ->
                            f"num_stages=K{index}_NUM_STAGES"])
     if retiled:
         grid = ("    # inductor's grid was for its own tile; axes 1 and 2 (a batch) do not depend on it\n"
-                f"    grid = (triton.cdiv({assigned['M']}, K{index}_BLOCK_M) * triton.cdiv({assigned['N']}, "
+                f"    grid = (triton.cdiv({extent['M']}, K{index}_BLOCK_M) * triton.cdiv({extent['N']}, "
                 f"K{index}_BLOCK_N), _grid_1, _grid_2)\n")
     else:
         grid = "    grid = (_grid_0, _grid_1, _grid_2)  # inductor's, for the tile pinned in the kernel\n"

@@ -109,18 +109,36 @@ def test_a_gemm_template_seed_is_correct_with_another_tile(evaluator):
 
 
 @pytest.mark.slow
-def test_a_template_the_converter_cannot_retile_keeps_inductors_tile_and_grid(evaluator):
+def test_a_gemm_specialised_to_k_keeps_its_block_k_and_retiles_the_rest(evaluator):
     task = load_tasks("default", names=["matmul_fp16"])[0]
     code = (DATA / "matmul_fp16_template.py.txt").read_text()
-    # As if inductor had specialised the GEMM to K divisible by BLOCK_K (no masks along K): a
-    # tile of other sizes could read past K, so the tile stays as inductor chose it.
-    frozen = seed_from_inductor(code.replace("EVEN_K : tl.constexpr = False", "EVEN_K : tl.constexpr = True"),
-                                MATMUL_INPUTS, task.source)
-    assert {t.name for t in find_tunables(frozen)} == {"K0_NUM_WARPS", "K0_NUM_STAGES"}
-    assert "BLOCK_M : tl.constexpr = 64" in frozen and "grid = (_grid_0, _grid_1, _grid_2)" in frozen
-    # The body still masks along K (the pinned EVEN_K is not read in it), so the seed is correct.
-    result = evaluator.evaluate("matmul_fp16", task.source, frozen)
+    # As if inductor had specialised the GEMM to K divisible by BLOCK_K (no masks along K): another
+    # BLOCK_K could read past K, so it stays as inductor chose it; rows and columns still retile.
+    even = seed_from_inductor(code.replace("EVEN_K : tl.constexpr = False", "EVEN_K : tl.constexpr = True"),
+                              MATMUL_INPUTS, task.source)
+    assert {t.name for t in find_tunables(even)} == {"K0_BLOCK_M", "K0_BLOCK_N", "K0_GROUP_M", "K0_NUM_WARPS",
+                                                     "K0_NUM_STAGES"}
+    assert "BLOCK_K : tl.constexpr = 128" in even and "BLOCK_M : tl.constexpr = 64" not in even
+    assert "grid = (triton.cdiv(ks0, K0_BLOCK_M) * triton.cdiv(ks1, K0_BLOCK_N), _grid_1, _grid_2)" in even
+    retiled = even.replace("K0_BLOCK_M = 64", "K0_BLOCK_M = 16").replace("K0_BLOCK_N = 32", "K0_BLOCK_N = 64")
+    result = evaluator.evaluate("matmul_fp16", task.source, retiled)
     assert result.status is Status.CORRECT, (result.reason, result.error)
+
+
+def test_a_gemm_compiled_for_static_shapes_retiles_with_its_literal_extents():
+    """Inductor compiles KernelBench's fixed shapes into the template (``M = 16384``): the grid
+    the launcher computes reads them, where it read the kernel's size parameters."""
+    task = load_tasks("default", names=["matmul_fp16"])[0]
+    code = (DATA / "matmul_fp16_template.py.txt").read_text()
+    static = code.replace("    M = ks0\n", "    M = 512\n").replace("    N = ks1\n", "    N = 384\n")
+    assert static.count("M = 512") == 1 and static.count("N = 384") == 1
+    source = seed_from_inductor(static, MATMUL_INPUTS, task.source)
+    assert "grid = (triton.cdiv(512, K0_BLOCK_M) * triton.cdiv(384, K0_BLOCK_N), _grid_1, _grid_2)" in source
+    assert {"K0_BLOCK_M", "K0_BLOCK_N", "K0_BLOCK_K", "K0_GROUP_M"} <= {t.name for t in find_tunables(source)}
+    # neither a parameter nor a literal: the tile stays pinned, with inductor's grid
+    pinned = seed_from_inductor(code.replace("    M = ks0\n", "    M = ks0 * 2\n"), MATMUL_INPUTS, task.source)
+    assert {t.name for t in find_tunables(pinned)} == {"K0_NUM_WARPS", "K0_NUM_STAGES"}
+    assert "grid = (_grid_0, _grid_1, _grid_2)" in pinned
 
 
 def test_a_template_launched_in_an_unknown_way_gives_no_seed():
