@@ -25,6 +25,7 @@ from typing import get_args
 import numpy as np
 
 from evaluator.choices import Tolerance, one_of
+from evo.core.kernel_source import call_spans
 from operators.base import Context, Operator, Proposal
 
 # A dot's precision argument: ``input_precision="..."`` or ``allow_tf32=<expression>``.
@@ -34,14 +35,7 @@ _DOT = re.compile(r"\btl\.dot\(")
 
 def _dot_arguments(source: str) -> list[re.Match]:
     """The precision arguments inside ``tl.dot(...)`` calls (brackets matched)."""
-    found = []
-    for dot in _DOT.finditer(source):
-        depth, end = 1, dot.end()
-        while end < len(source) and depth:
-            depth += {"(": 1, ")": -1}.get(source[end], 0)
-            end += 1
-        found += [m for m in _PRECISION.finditer(source, dot.end(), end)]
-    return found
+    return [m for start, end in call_spans(source, _DOT) for m in _PRECISION.finditer(source, start, end)]
 
 
 def _current(match: re.Match) -> str:

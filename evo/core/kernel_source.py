@@ -116,3 +116,17 @@ def normalized_hash(source: str, tree: ast.Module | None = None) -> str:
     else:
         text = ast.dump(tree)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def call_spans(source: str, opening: re.Pattern) -> list[tuple[int, int]]:
+    r"""``(start, end)`` of each call whose text up to its opening bracket ``opening`` matches
+    (a pattern such as ``\btl\.load\(``), brackets matched; a call left open is left out."""
+    spans = []
+    for call in opening.finditer(source):
+        depth, end = 1, call.end()
+        while end < len(source) and depth:
+            depth += {"(": 1, ")": -1}.get(source[end], 0)
+            end += 1
+        if depth == 0:
+            spans.append((call.start(), end))
+    return spans
