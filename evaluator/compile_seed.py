@@ -21,7 +21,7 @@ Triton configurations only, ``evaluator.seed_capture``); a tiled GEMM's tile
 becomes tunable constants too, any other template keeps inductor's tile and
 grid.  Inductor's calls into cuDNN (``extern_kernels.convolution``) become
 launches of the Triton convolution of ``evaluator.conv_kernel``, with tunable
-tiles per call site.  Graphs that call anything else but Triton (another
+tiles per call site (``evaluator.conv_seed``).  Graphs that call anything else but Triton (another
 ``extern_kernels`` call, an aten fallback), launch a template in a way the
 converter does not know, or break into several graphs give no seed, with the
 reason.
@@ -31,8 +31,8 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
-from pathlib import Path
 
+from evaluator.conv_seed import CONV_LIBRARY, replace_convolutions
 from evaluator.reference_source import NotAModel, forward_signature, reference_class
 
 _KERNEL = re.compile(r"^(\w+) = async_compile\.triton\('(\w+)', '''(.*?)''', device_str='cuda'\)",
@@ -52,7 +52,6 @@ _HEADER_IMPORTS = ("import torch", "import torch.nn as nn", "import triton", "im
 
 
 # The Triton convolution that replaces inductor's calls into cuDNN, as the text a seed carries.
-_CONV_LIBRARY = Path(__file__).with_name("conv_kernel.py").read_text().split("# --- seed ---\n", 1)[1].strip() + "\n"
 
 
 class NoSeed(Exception):
@@ -212,89 +211,8 @@ def convert_template(index: int, name: str, source: str, fn: ast.FunctionDef) ->
     return "\n".join(constants), "@triton.jit\n" + kernel + "\n", launcher
 
 
-_CONVOLUTION = re.compile(r"^(\s*)(\w+) = extern_kernels\.convolution\((.*)\)\s*$")
 _NOT_TRITON = re.compile(r"\b(extern_kernels\.\w+|aten\.[\w.]+|torch\.ops\.[\w.]+|alloc_from_pool|empty_strided_cpu"
                          r"|cpp_fused\w*)")
-
-
-def _layout_of(buffer: str, lines: list[str]) -> str:
-    """``, out_size=(...), out_stride=(...)`` from the ``assert_size_stride`` inductor wrote for
-    ``buffer`` after computing it: the layout its consumers index it with."""
-    for line in lines:
-        if line.strip().startswith(f"assert_size_stride({buffer},"):
-            call = ast.parse(line.strip()).body[0].value
-            return f", out_size={ast.unparse(call.args[1])}, out_stride={ast.unparse(call.args[2])}"
-    return ""
-
-
-def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: int) -> tuple[int, int, int, int, int]:
-    """The tile a seed's convolution starts from (``block_m, block_n, block_k, num_warps,
-    num_stages``), by its output channels per group, where the weight's shape is known.
-
-    From ``experiments/conv_tile_probe.py`` on the 18 convolutions of the drawn KernelBench
-    sample (H200, fp32 products exact; ``experiments/kernelbench_search.md``, section 6): with 64
-    or more output channels a group, 128x64 tiles in three stages ran 1.5-4.2x faster than 64x32 in
-    two; with 32, 64x32 stayed best, and with 16, 64x16 ran 1.3x faster than 64x32 (a wider tile
-    computes empty columns).  One channel a group (depthwise) takes the direct kernel: 256
-    positions a program ran 37x faster than the tiled kernel, and 1.2x faster than cuDNN."""
-    if weight_shape is None or len(weight_shape) < 3:
-        return (64, 16 if groups > 1 else 32, 32, 4, 2)
-    per_group = weight_shape[1] if transposed else weight_shape[0] // max(1, groups)
-    if per_group == 1:
-        return (256, 16, 32, 4, 2)
-    if per_group >= 64:
-        return (128, 64, 32, 4, 3)
-    return (64, 16 if per_group <= 16 else 32, 32, 4, 2)
-
-
-def _convolution_shape(args: str, lines: list[str]) -> tuple[tuple[int, ...] | None, bool, int]:
-    """The weight's shape (where inductor's wrapper states it: the graph input's
-    ``assert_size_stride`` or the buffer's ``empty_strided_cuda``; None for a symbolic or unknown
-    one), whether the convolution is transposed, and its groups, from a call's arguments."""
-    try:
-        call = ast.parse(f"f({args})").body[0].value
-    except SyntaxError:
-        return None, False, 1
-    named = {k.arg: k.value for k in call.keywords}
-    transposed = isinstance(named.get("transposed"), ast.Constant) and named["transposed"].value is True
-    groups = named["groups"].value if isinstance(named.get("groups"), ast.Constant) else 1
-    weight = call.args[1] if len(call.args) > 1 else named.get("weight")
-    if not isinstance(weight, ast.Name):
-        return None, transposed, groups
-    for line in lines:
-        text = line.strip()
-        if text.startswith(f"assert_size_stride({weight.id},") or text.startswith(f"{weight.id} = empty_strided"):
-            try:
-                stated = ast.parse(text).body[0].value
-                shape = ast.literal_eval(stated.args[1] if text.startswith("assert") else stated.args[0])
-                return tuple(int(n) for n in shape), transposed, groups
-            except (SyntaxError, ValueError, IndexError, AttributeError, TypeError):
-                return None, transposed, groups
-    return None, transposed, groups
-
-
-def replace_convolutions(lines: list[str], first_index: int) -> tuple[list[str], list[str], list[str]]:
-    """Inductor's calls into cuDNN (``bufN = extern_kernels.convolution(x, w, stride=..., ...)``)
-    replaced by launches of the Triton convolution (``evaluator.conv_kernel``): the wrapper's
-    lines, and per call site its tunable constants and launcher (numbered from ``first_index``)."""
-    out, constants, launchers = [], [], []
-    for number, line in enumerate(lines):
-        match = _CONVOLUTION.match(line)
-        if not match:
-            out.append(line)
-            continue
-        indent, buffer, args = match.groups()
-        index = first_index + len(launchers)
-        block_m, block_n, block_k, warps, stages = seed_tile(*_convolution_shape(args, lines))
-        constants.append("\n".join([f"K{index}_BLOCK_M = {block_m}", f"K{index}_BLOCK_N = {block_n}",
-                                    f"K{index}_BLOCK_K = {block_k}", f"K{index}_NUM_WARPS = {warps}",
-                                    f"K{index}_NUM_STAGES = {stages}"]))
-        launchers.append(f"def _launch_{index}(*args, **kwargs):\n"
-                         f"    return _convolution(*args, **kwargs, block_m=K{index}_BLOCK_M, block_n=K{index}_BLOCK_N,"
-                         f" block_k=K{index}_BLOCK_K,\n"
-                         f"                        num_warps=K{index}_NUM_WARPS, num_stages=K{index}_NUM_STAGES)\n")
-        out.append(f"{indent}{buffer} = _launch_{index}({args}{_layout_of(buffer, lines[number + 1:number + 4])})")
-    return out, constants, launchers
 
 
 def _wrapper_body(code: str, launchers: dict[str, str]) -> tuple[str, list[str], list[str]]:
@@ -355,7 +273,7 @@ def seed_from_inductor(code: str, graph_inputs: list[str], task_source: str, *, 
         raise NoSeed("torch.compile generated no Triton kernel for this reference")
     if conv_launchers:
         constants += conv_constants
-        definitions += [_CONV_LIBRARY, *conv_launchers]
+        definitions += [CONV_LIBRARY, *conv_launchers]
     try:
         model_source, forward_params = reference_class(task_source, skip_imports=_HEADER_IMPORTS)
     except NotAModel as exc:

@@ -30,7 +30,7 @@ input straight from the input tensor, so the memory use is that of cuDNN (the ou
   convolution takes a direct kernel instead, each program summing the taps of ``block_m``
   output positions of one channel.
 
-The converter (``evaluator.compile_seed``) copies everything below the ``# --- seed ---``
+The converter (``evaluator.conv_seed``) copies everything below the ``# --- seed ---``
 line into a seed, so this module is both what runs in tests and the text seeds carry.
 """
 from __future__ import annotations
@@ -315,9 +315,10 @@ def _spatial3(values, fill):
 
 def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,), transposed=False,
                  output_padding=(0,), groups=1, *, out_size=None, out_stride=None,
-                 block_m=64, block_n=32, block_k=32, num_warps=4, num_stages=2):
+                 block_m=64, block_n=32, block_k=32, num_warps=4, num_stages=2, taps_loop=True):
     """``aten.convolution`` in Triton; the output gets ``out_size``/``out_stride`` where the
-    compiled graph expects a particular layout, else it is contiguous."""
+    compiled graph expects a particular layout, else it is contiguous.  ``taps_loop``: from 16
+    channels a group, the taps kernel (else the general one, as below 16)."""
     dims = x.dim() - 2
     kernel = list(weight.shape[2:])
     stride, padding, dilation, output_padding = (
@@ -360,7 +361,7 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     # 16 channels a group or more: taps outermost, a tap's channels innermost (and, transposed, only
     # the taps each output's phase admits: see the kernel).  Fewer leave most of a product's depth
     # empty: the general kernel then runs the taps and channels as one reduction.
-    if c_group >= 16:
+    if c_group >= 16 and taps_loop:
         strides = _spatial3(stride, 1) if transposed else [1, 1, 1]  # rows a phase, per dimension
         quotients = [-(-n // s) for n, s in zip(_spatial3(spatial, 1), strides)]
         m_phase = batch * _count(quotients)

@@ -28,7 +28,7 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from evaluator.compile_seed import seed_tile  # noqa: E402
+from evaluator.conv_seed import seed_tile  # noqa: E402
 
 # block_m, block_n, block_k, num_warps, num_stages; the first is the seeds' default today
 TILES = [(64, 32, 32, 4, 2), (64, 64, 32, 4, 3), (128, 64, 32, 4, 3), (128, 64, 32, 8, 3), (128, 128, 32, 8, 3),
@@ -96,7 +96,7 @@ def main() -> None:
                         help="LABEL=PATH, a version of evaluator/conv_kernel.py (repeatable; default: this one)")
     parser.add_argument("--precisions", default="ieee,tf32x3")
     parser.add_argument("--seed-tile", action="store_true",
-                        help="only the tile a seed starts from (evaluator.compile_seed.seed_tile), not the grid")
+                        help="only the tile a seed starts from (evaluator.conv_seed.seed_tile), not the grid")
     args = parser.parse_args()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -80,14 +80,14 @@ def _current_library(seed: str) -> str | None:
     """``seed`` with its convolution library (from its first ``@triton.jit`` helper, ``_store_tile``
     or ``_conv_kernel`` in older seeds, to the end of ``_count``) replaced by this tree's; None for a
     seed without one."""
-    from evaluator.compile_seed import _CONV_LIBRARY
+    from evaluator.conv_seed import CONV_LIBRARY
 
     starts = [seed.find(f"@triton.jit\ndef {name}(") for name in ("_store_tile", "_conv_kernel")]
     start = min((s for s in starts if s >= 0), default=-1)
     end = seed.find("return count\n", start)
     if start < 0 or end < 0:
         return None
-    return seed[:start] + _CONV_LIBRARY + seed[end + len("return count\n"):]
+    return seed[:start] + CONV_LIBRARY + seed[end + len("return count\n"):]
 
 
 def _write(rows: list[dict]) -> dict:

@@ -3,8 +3,9 @@
 Needs no LLM.  It picks one or more of the parent's tunable integer literals
 (see ``evo.core.kernel_source``) and moves each to a neighbouring legal value:
 powers of two are halved or doubled (sometimes by four), pipeline stages
-step by one.  Grid shape constants (``ROWS_PER_PROGRAM``, ``PROGRAMS_PER_SM``,
-``GRID_*``, ...) are powers of two like block sizes.
+step by one, a switch between two code paths (``USE_*``) flips.  Grid shape
+constants (``ROWS_PER_PROGRAM``, ``PROGRAMS_PER_SM``, ``GRID_*``, ...) are
+powers of two like block sizes.
 
 A parent whose compiled kernels spill registers (its evaluation's ``spills``) gets no child with
 more work per thread: no fewer warps, no larger blocks.  Those spill more, compile longer in ptxas
@@ -25,7 +26,7 @@ def neighbour(tunable: Tunable, rng: np.random.Generator, spilling: bool = False
     that gives a thread more work, see the module's docstring)."""
     low, high = RANGES[tunable.kind]
     value = tunable.value
-    if tunable.kind == "stages":
+    if tunable.kind in ("stages", "switch"):  # a switch flips
         options = [v for v in (value - 1, value + 1) if low <= v <= high]
     else:
         options = [v for v in (value // 4, value // 2, value * 2, value * 4)

@@ -24,8 +24,8 @@ from operators.base import Context, Operator, Proposal
 def _steps(tunable: Tunable) -> list[int]:
     low, high = RANGES[tunable.kind]
     value = tunable.value
-    steps = (value - 1, value + 1) if tunable.kind == "stages" else (value // 2, value * 2)
-    return [v if low <= v <= high and v != value and v > 0 else None for v in steps]
+    steps = (value - 1, value + 1) if tunable.kind in ("stages", "switch") else (value // 2, value * 2)
+    return [v if low <= v <= high and v != value else None for v in steps]
 
 
 def neighbours(source: str) -> list[tuple[str, str]]:

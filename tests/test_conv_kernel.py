@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evaluator.compile_seed import _convolution_shape, replace_convolutions, seed_tile
+from evaluator.conv_seed import _convolution_shape, replace_convolutions, seed_tile
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +113,42 @@ def test_the_weights_shape_is_read_from_inductors_wrapper():
     assert _convolution_shape(args, lines) == ((64, 8, 3, 3), False, 1)
     symbolic = ["assert_size_stride(arg0_1, (s0, 8, 3, 3), (72, 9, 3, 1))"]
     assert _convolution_shape(args, symbolic)[0] is None
-    out, constants, _ = replace_convolutions(lines, 3)
+    out, constants, launchers = replace_convolutions(lines, 3)
     assert "K3_BLOCK_M = 128" in constants[0] and "K3_NUM_STAGES = 3" in constants[0]
     assert out[1].lstrip().startswith("buf0 = _launch_3(arg1_1, arg0_1")
+    assert "USE_TAPS_LOOP" not in constants[0] + launchers[0]  # 8 channels: the general loop only
+
+
+@pytest.mark.parametrize("weight, transposed, groups, switch", [
+    ((64, 32, 3, 3), False, 1, True),  # 32 input channels, 64 outputs: either loop
+    ((32, 64, 3, 3), True, 1, True),  # transposed: (in, out, ...)
+    ((64, 16, 3, 3), False, 2, True),  # 16 a group
+    ((64, 8, 3, 3), False, 1, False),  # 8 channels: the general loop only
+    ((64, 1, 3, 3), False, 64, False),  # depthwise: the direct kernel
+    ((16, 1, 5), True, 16, False),  # transposed depthwise
+])
+def test_a_call_site_that_can_run_either_loop_gets_a_switch(weight, transposed, groups, switch):
+    shape = ", ".join(map(str, weight))
+    lines = [f"assert_size_stride(arg0_1, ({shape}), (1, 1, 1, 1))",
+             "buf0 = extern_kernels.convolution(arg1_1, arg0_1, stride=(2, 2), padding=(1, 1), dilation=(1, 1), "
+             f"transposed={transposed}, output_padding=(0, 0), groups={groups}, bias=None)"]
+    _, constants, launchers = replace_convolutions(lines, 0)
+    assert ("K0_USE_TAPS_LOOP = 1" in constants[0]) is switch  # the taps loop first: the records' kernel
+    assert ("taps_loop=K0_USE_TAPS_LOOP == 1" in launchers[0]) is switch
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transposed", [False, True])
+def test_switched_to_the_general_loop_a_convolution_of_many_channels_is_still_right(conv, transposed, monkeypatch):
+    convolution, device = conv
+    monkeypatch.setitem(convolution.__globals__, "_conv_taps_kernel", None)  # not called with the switch off
+    torch.manual_seed(0)
+    module = (torch.nn.ConvTranspose2d(16, 6, 3, stride=2, padding=1, output_padding=1) if transposed
+              else torch.nn.Conv2d(16, 6, 3, stride=2, padding=1)).to(device)
+    x = torch.randn(2, 16, 5, 6, device=device)
+    out = convolution(x, module.weight.detach(), module.bias.detach(), module.stride, module.padding, module.dilation,
+                      transposed, module.output_padding if transposed else (0,), 1,
+                      block_m=16, block_n=16, block_k=16, taps_loop=False)
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # as references run
+        expected = module(x)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)

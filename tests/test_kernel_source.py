@@ -54,3 +54,19 @@ def test_normalized_hash_ignores_comments_and_formatting():
     assert normalized_hash(a) == normalized_hash(b)
     assert normalized_hash(a) != normalized_hash("x = 2\ny = x + 2\n")
     assert normalized_hash(a, ast.parse(b)) == normalized_hash(a)  # a tree parsed by the caller is used as is
+
+
+def test_a_switch_between_two_code_paths_is_tunable_at_zero_too_and_moves_by_flipping():
+    import numpy as np
+
+    from operators.constants import neighbour
+    from operators.sweep import neighbours
+
+    source = "K0_USE_TAPS_LOOP = 1\nK1_USE_TAPS_LOOP = 0\nUSE_X = 2\nNUM_WARPS = 0\n"
+    found = [(t.name, t.kind, t.value) for t in find_tunables(source)]
+    # 2 is no switch's value, and zero stays untunable for the other kinds
+    assert found == [("K0_USE_TAPS_LOOP", "switch", 1), ("K1_USE_TAPS_LOOP", "switch", 0)]
+    on, off = find_tunables(source)
+    assert {neighbour(on, np.random.default_rng(s)) for s in range(8)} == {0}
+    assert {neighbour(off, np.random.default_rng(s)) for s in range(8)} == {1}
+    assert [note for note, _ in neighbours(source)] == ["sweep: K0_USE_TAPS_LOOP 1->0", "sweep: K1_USE_TAPS_LOOP 0->1"]

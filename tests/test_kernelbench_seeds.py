@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from evaluator import Evaluator, EvaluatorSettings, Preparation, Status
-from evaluator.compile_seed import NoSeed, replace_convolutions, seed_from_inductor
+from evaluator.compile_seed import NoSeed, seed_from_inductor
+from evaluator.conv_seed import replace_convolutions
 from evaluator.conv_kernel import _convolution
 from evaluator.reference_source import NotAModel, forward_signature, reference_class
 from evaluator.seed_capture import _avg_pool_by_slices

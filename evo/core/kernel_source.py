@@ -4,7 +4,8 @@ Tunable constants are integer literals a kernel engineer would sweep: the
 module-level ``BLOCK_SIZE = 256`` / ``NUM_WARPS = 4`` / ``NUM_STAGES = 2``
 assignments of our seed kernels, and literal ``num_warps=``/``num_stages=``/
 ``BLOCK_*=`` keyword arguments at kernel launches; grid shape constants
-(``ROWS_PER_PROGRAM = 4``, ``NUM_PROGRAMS``, ``PROGRAMS_PER_SM``, ``GRID_*``).  The offline mutation
+(``ROWS_PER_PROGRAM = 4``, ``NUM_PROGRAMS``, ``PROGRAMS_PER_SM``, ``GRID_*``); switches between two
+code paths (``K0_USE_TAPS_LOOP = 1``: 1 or 0).  The offline mutation
 operator rewrites them and the archive's descriptors bucket them.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import threading
 from dataclasses import dataclass
 
 _KINDS = (
+    ("switch", re.compile(r"^([A-Z0-9]+_)*USE_[A-Z0-9_]+$")),  # 1 or 0: one of two code paths
     ("warps", re.compile(r"^(NUM_WARPS|num_warps|[A-Z0-9_]*_WARPS)$")),
     ("stages", re.compile(r"^(NUM_STAGES|num_stages|[A-Z0-9_]*_STAGES)$")),
     ("group", re.compile(r"^([A-Z0-9_]*GROUP_SIZE[A-Z0-9_]*|([A-Z0-9]+_)*GROUP_[MN])$")),
@@ -24,7 +26,7 @@ _KINDS = (
 )
 
 # Allowed values per kind: powers of two except for pipeline stages.
-RANGES = {"block": (16, 8192), "warps": (1, 32), "stages": (1, 6), "group": (1, 16), "grid": (1, 1024)}
+RANGES = {"switch": (0, 1), "block": (16, 8192), "warps": (1, 32), "stages": (1, 6), "group": (1, 16), "grid": (1, 1024)}
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,8 @@ def find_tunables(source: str, tree: ast.Module | None = None) -> list[Tunable]:
 
     def add(name: str, value: ast.expr) -> None:
         kind = _kind_of(name)
-        if kind and isinstance(value, ast.Constant) and type(value.value) is int and value.value > 0:
+        if (kind and isinstance(value, ast.Constant) and type(value.value) is int
+                and (value.value in (0, 1) if kind == "switch" else value.value > 0)):
             start = lines[value.lineno - 1] + value.col_offset
             end = lines[value.end_lineno - 1] + value.end_col_offset
             found.append(Tunable(name, kind, value.value, start, end))

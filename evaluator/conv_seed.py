@@ -1,0 +1,118 @@
+"""Inductor's calls into cuDNN in a seed, made launches of the Triton convolution.
+
+``evaluator.compile_seed`` turns inductor's output into a seed; where that output calls cuDNN
+(``bufN = extern_kernels.convolution(x, w, stride=..., ...)``), each call becomes a launch of
+``evaluator.conv_kernel._convolution`` (whose text the seed carries: :data:`CONV_LIBRARY`) with
+its own tunable constants: the tile it starts from (:func:`seed_tile`, by the weight's shape
+where inductor's wrapper states it) and, where the convolution could run either reduction loop,
+a switch between them.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+# what a seed carries of evaluator/conv_kernel.py: everything below its "# --- seed ---" line
+CONV_LIBRARY = Path(__file__).with_name("conv_kernel.py").read_text().split("# --- seed ---\n", 1)[1].strip() + "\n"
+_CONVOLUTION = re.compile(r"^(\s*)(\w+) = extern_kernels\.convolution\((.*)\)\s*$")
+
+
+def _layout_of(buffer: str, lines: list[str]) -> str:
+    """``, out_size=(...), out_stride=(...)`` from the ``assert_size_stride`` inductor wrote for
+    ``buffer`` after computing it: the layout its consumers index it with."""
+    for line in lines:
+        if line.strip().startswith(f"assert_size_stride({buffer},"):
+            call = ast.parse(line.strip()).body[0].value
+            return f", out_size={ast.unparse(call.args[1])}, out_stride={ast.unparse(call.args[2])}"
+    return ""
+
+
+def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: int) -> tuple[int, int, int, int, int]:
+    """The tile a seed's convolution starts from (``block_m, block_n, block_k, num_warps,
+    num_stages``), by its output channels per group, where the weight's shape is known.
+
+    From ``experiments/conv_tile_probe.py`` on the 18 convolutions of the drawn KernelBench
+    sample (H200, fp32 products exact; ``experiments/kernelbench_search.md``, section 6): with 64
+    or more output channels a group, 128x64 tiles in three stages ran 1.5-4.2x faster than 64x32 in
+    two; with 32, 64x32 stayed best, and with 16, 64x16 ran 1.3x faster than 64x32 (a wider tile
+    computes empty columns).  One channel a group (depthwise) takes the direct kernel: 256
+    positions a program ran 37x faster than the tiled kernel, and 1.2x faster than cuDNN."""
+    if weight_shape is None or len(weight_shape) < 3:
+        return (64, 16 if groups > 1 else 32, 32, 4, 2)
+    per_group = weight_shape[1] if transposed else weight_shape[0] // max(1, groups)
+    if per_group == 1:
+        return (256, 16, 32, 4, 2)
+    if per_group >= 64:
+        return (128, 64, 32, 4, 3)
+    return (64, 16 if per_group <= 16 else 32, 32, 4, 2)
+
+
+def _two_loops(weight_shape: tuple[int, ...] | None, transposed: bool, groups: int) -> bool:
+    """Whether ``_convolution`` may run this convolution either way: 16 or more input channels a
+    group and more than one output channel (the taps loop, or the general one).  With the seeds'
+    tiles on the 18 convolutions of the KernelBench sample (H200), the taps loop ran 2-16x faster
+    transposed with a stride and 1.7-1.9x slower at stride 1 with many channels, before its weight
+    was packed (``experiments/kernelbench_search.md``, sections 9 and 11): the search chooses."""
+    if weight_shape is None or len(weight_shape) < 3:
+        return False
+    groups = max(1, groups)
+    c_group = weight_shape[0] // groups if transposed else weight_shape[1]
+    o_group = weight_shape[1] if transposed else weight_shape[0] // groups
+    return c_group >= 16 and o_group > 1
+
+
+def _convolution_shape(args: str, lines: list[str]) -> tuple[tuple[int, ...] | None, bool, int]:
+    """The weight's shape (where inductor's wrapper states it: the graph input's
+    ``assert_size_stride`` or the buffer's ``empty_strided_cuda``; None for a symbolic or unknown
+    one), whether the convolution is transposed, and its groups, from a call's arguments."""
+    try:
+        call = ast.parse(f"f({args})").body[0].value
+    except SyntaxError:
+        return None, False, 1
+    named = {k.arg: k.value for k in call.keywords}
+    transposed = isinstance(named.get("transposed"), ast.Constant) and named["transposed"].value is True
+    groups = named["groups"].value if isinstance(named.get("groups"), ast.Constant) else 1
+    weight = call.args[1] if len(call.args) > 1 else named.get("weight")
+    if not isinstance(weight, ast.Name):
+        return None, transposed, groups
+    for line in lines:
+        text = line.strip()
+        if text.startswith(f"assert_size_stride({weight.id},") or text.startswith(f"{weight.id} = empty_strided"):
+            try:
+                stated = ast.parse(text).body[0].value
+                shape = ast.literal_eval(stated.args[1] if text.startswith("assert") else stated.args[0])
+                return tuple(int(n) for n in shape), transposed, groups
+            except (SyntaxError, ValueError, IndexError, AttributeError, TypeError):
+                return None, transposed, groups
+    return None, transposed, groups
+
+
+def replace_convolutions(lines: list[str], first_index: int) -> tuple[list[str], list[str], list[str]]:
+    """Inductor's calls into cuDNN (``bufN = extern_kernels.convolution(x, w, stride=..., ...)``)
+    replaced by launches of the Triton convolution (``evaluator.conv_kernel``): the wrapper's
+    lines, and per call site its tunable constants and launcher (numbered from ``first_index``)."""
+    out, constants, launchers = [], [], []
+    for number, line in enumerate(lines):
+        match = _CONVOLUTION.match(line)
+        if not match:
+            out.append(line)
+            continue
+        indent, buffer, args = match.groups()
+        index = first_index + len(launchers)
+        shape = _convolution_shape(args, lines)
+        block_m, block_n, block_k, warps, stages = seed_tile(*shape)
+        names = [f"K{index}_BLOCK_M = {block_m}", f"K{index}_BLOCK_N = {block_n}", f"K{index}_BLOCK_K = {block_k}",
+                 f"K{index}_NUM_WARPS = {warps}", f"K{index}_NUM_STAGES = {stages}"]
+        choice = ""
+        if _two_loops(*shape):  # which reduction loop is faster depends on the problem: a switch,
+            # first of the call's constants, so that a sweep (one step of each in source order) flips it
+            names.insert(0, f"K{index}_USE_TAPS_LOOP = 1")
+            choice = f", taps_loop=K{index}_USE_TAPS_LOOP == 1"
+        constants.append("\n".join(names))
+        launchers.append(f"def _launch_{index}(*args, **kwargs):\n"
+                         f"    return _convolution(*args, **kwargs, block_m=K{index}_BLOCK_M, block_n=K{index}_BLOCK_N,"
+                         f" block_k=K{index}_BLOCK_K,\n"
+                         f"                        num_warps=K{index}_NUM_WARPS, num_stages=K{index}_NUM_STAGES{choice})\n")
+        out.append(f"{indent}{buffer} = _launch_{index}({args}{_layout_of(buffer, lines[number + 1:number + 4])})")
+    return out, constants, launchers
