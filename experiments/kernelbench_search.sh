@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 33's record on one node of GPUs: the offline search, defaults otherwise, one run per label of
 # SEARCHES ("label=GPUs", a label `kernelbench` runs under evaluator.tolerance=kernelbench), side by
-# side, PER_TASK (20) children a problem.  run.backend=local: Ray supports one local cluster per
-# machine, and two runs must not share evaluators.  Each call stops its runs after LIMIT seconds and
+# side, PER_TASK (20) children a problem.  BACKEND (default local): Ray supports one local cluster
+# per machine, and two runs must not share evaluators; a single search may take BACKEND=ray, the
+# engine's default.  Each call stops its runs after LIMIT seconds and
 # leaves every run directory as $OUT/<label>.tar.gz; the next call, on this machine or a fresh one,
 # resumes each from $RUNS or, where that is gone, from $KEEP/<label>.tar.gz (a call before's, carried back):
 #   OUT=/tmp/out TASKS=.kbsrc/search SEARCHES="strict=0,1,2,3" KEEP=.kbruns bash experiments/kernelbench_search.sh
@@ -21,7 +22,8 @@ search() {  # label, GPUs
     tar xzf "$KEEP/$label.tar.gz" -C "$RUNS" && echo "$label: resumed from $KEEP/$label.tar.gz"
   fi
   CUDA_VISIBLE_DEVICES=$gpus timeout -s INT -k 60 "$LIMIT" python3 -m evo.cli run run.dir="$RUNS/$label" \
-    task.path="$TASKS" run.budget.evaluations="$BUDGET" run.budget.per_task="$PER_TASK" run.progress=false run.backend=local \
+    task.path="$TASKS" run.budget.evaluations="$BUDGET" run.budget.per_task="$PER_TASK" run.progress=false \
+    run.backend="${BACKEND:-local}" \
     evaluator.device="${DEVICE:-cuda}" "${extra[@]}" >> "$OUT/report/$label.log" 2>&1
   echo "$label: exit $? after $SECONDS s"
 }
