@@ -343,7 +343,7 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     m_total = batch * _count(spatial)
     if out.numel() == 0:
         return out
-    # what both kernels take: the layouts, the convolution's parameters, its taps
+    # what the kernels take: the layouts, the convolution's parameters, its taps
     x_layout = (x.stride(0), x.stride(1), *_spatial3(x.stride()[2:], 0))
     w_layout = (weight.stride(0), weight.stride(1), *_spatial3(weight.stride()[2:], 0))
     out_layout = (out.stride(0), out.stride(1), *_spatial3(out.stride()[2:], 0))
@@ -369,10 +369,8 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
         grid = (_count(strides) * triton.cdiv(m_phase, block_m), triton.cdiv(o_group, block_n), groups)
         steps = [s // _gcd(s, d) for s, d in zip(strides, _spatial3(dilation, 1))]  # admitted taps apart
         # The weight packed as (group, tap, channel, output channel), one copy a call: a tap's weights
-        # are then rows of consecutive output channels.  In PyTorch's layout a tile's columns lie
-        # C * taps (transposed: taps) floats apart, a sector each: 8x the sectors of the packed tile
-        # and 4x those of the input tile a step (suspected in the stride-1 loss of section 9,
-        # kernelbench_search.md).
+        # are rows of consecutive output channels, where PyTorch's layout puts a sector per float
+        # (suspected in the stride-1 loss: kernelbench_search.md, sections 9 and 11).
         taps = _count(kernel)
         packed = (weight.reshape(groups, c_group, o_group, taps).permute(0, 3, 1, 2) if transposed else
                   weight.reshape(groups, o_group, c_group, taps).permute(0, 3, 2, 1)).contiguous()

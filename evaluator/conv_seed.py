@@ -40,7 +40,7 @@ def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: in
     positions a program ran 37x faster than the tiled kernel, and 1.2x faster than cuDNN."""
     if weight_shape is None or len(weight_shape) < 3:
         return (64, 16 if groups > 1 else 32, 32, 4, 2)
-    per_group = weight_shape[1] if transposed else weight_shape[0] // max(1, groups)
+    per_group = _per_group(weight_shape, transposed, groups)[1]
     if per_group == 1:
         return (256, 16, 32, 4, 2)
     if per_group >= 64:
@@ -56,10 +56,17 @@ def _two_loops(weight_shape: tuple[int, ...] | None, transposed: bool, groups: i
     was packed (``experiments/kernelbench_search.md``, sections 9 and 11): the search chooses."""
     if weight_shape is None or len(weight_shape) < 3:
         return False
-    groups = max(1, groups)
-    c_group = weight_shape[0] // groups if transposed else weight_shape[1]
-    o_group = weight_shape[1] if transposed else weight_shape[0] // groups
+    c_group, o_group = _per_group(weight_shape, transposed, groups)
     return c_group >= 16 and o_group > 1
+
+
+def _per_group(weight_shape: tuple[int, ...], transposed: bool, groups: int) -> tuple[int, int]:
+    """(input, output) channels a group, from the weight's shape: (out, in / groups, ...), or
+    transposed (in, out / groups, ...)."""
+    groups = max(1, groups)
+    if transposed:
+        return weight_shape[0] // groups, weight_shape[1]
+    return weight_shape[1], weight_shape[0] // groups
 
 
 def _convolution_shape(args: str, lines: list[str]) -> tuple[tuple[int, ...] | None, bool, int]:

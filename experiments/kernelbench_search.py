@@ -213,13 +213,18 @@ def family(task: str) -> str:
     return "gemm" if "gemm" in name or "matmul" in name else "other"
 
 
+def _max_autotune_ms(best: dict | None, base: dict) -> float | None:
+    """max-autotune-no-cudagraphs' time for a kernel's problem: the baselines' max-autotune over
+    compile (the two timed side by side in a process of their own), times this run's compile time."""
+    if not (best and best.get("compile_ms") and base.get("max_autotune_ms") and base.get("compile_ms")):
+        return None
+    return best["compile_ms"] * base["max_autotune_ms"] / base["compile_ms"]
+
+
 def summarize(rows: dict[str, dict], tasks: list[str], base: dict[str, dict] | None = None) -> dict:
     out = _summary(rows, tasks)
-    # over max-autotune-no-cudagraphs: the run's speed over compile times the baselines' max-autotune
-    # time over their compile time (the two timed side by side in a process of their own)
-    over = [row["best"]["vs_compile"] * b["max_autotune_ms"] / b["compile_ms"] for t in tasks
-            if (row := rows.get(t, {})).get("best", {}).get("vs_compile")
-            and (b := (base or {}).get(t, {})).get("max_autotune_ms") and b.get("compile_ms")]
+    best = {t: rows[t]["best"] for t in tasks if rows.get(t, {}).get("best")}
+    over = [ma / best[t]["ms"] for t in best if (ma := _max_autotune_ms(best[t], (base or {}).get(t, {})))]
     out["geomean_vs_max_autotune"], out["max_autotune_problems"] = _geomean(over), len(over)
     out["families"] = {name: _summary(rows, [t for t in tasks if family(t) == name])
                        for name in ("other", "gemm", "convolution") if any(family(t) == name for t in tasks)}
@@ -298,9 +303,7 @@ def collect(args) -> None:
         for task in tasks:
             row, b = rows.get(task, {}), base.get(task, {})
             best, seed = row.get("best"), row.get("seed")
-            # max-autotune from the baselines' own side-by-side timing, scaled to this run's compile time
-            ma = (best["compile_ms"] * b["max_autotune_ms"] / b["compile_ms"]
-                  if best and best.get("compile_ms") and b.get("max_autotune_ms") else None)
+            ma = _max_autotune_ms(best, b)
             lines.append(
                 f"| {task} | {_f(best and best['eager_ms'])} | {_f(best and best['compile_ms'])}"
                 f"{_MARK.get((best or {}).get('compile_from'), '')} | {_f(ma)} | "

@@ -65,13 +65,13 @@ def loops(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> l
         target = re.search(r"BRA\s.*?0x([0-9a-f]+)", text)
         if target and int(target.group(1), 16) < address:  # a backward branch: a loop's end
             start = int(target.group(1), 16)
-            ops = [re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for a, t in code if start <= a <= address]
+            body = [re.sub(r"^@!?U?P\w+\s+", "", t) for a, t in code if start <= a <= address]  # predicates off
+            ops = [t.split()[0].split(".")[0] for t in body]
             kinds = collections.Counter(ops)
             found.append({"instructions": len(ops), "ffma": kinds["FFMA"], "mma": kinds["HMMA"] + kinds["HGMMA"],
                           "integer": sum(v for k, v in kinds.items() if k.startswith(INT_OPS)),
                           "loads": kinds["LDG"] + kinds["LDGSTS"], "shared_loads": kinds["LDS"],
-                          "wide_loads": sum(1 for a, t in code if start <= a <= address
-                                            and re.match(r"(@!?U?P\w+\s+)?LDG(STS)?\.\S*(64|128)", t))})
+                          "wide_loads": sum(1 for t in body if re.match(r"LDG(STS)?\.\S*(64|128)", t))})
     return sorted(found, key=lambda loop: loop["instructions"])
 
 
