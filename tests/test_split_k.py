@@ -1,0 +1,117 @@
+"""The split-K operator: a GEMM template with few output tiles and a long K becomes two launches,
+partial tiles over runs of K into a workspace, then their sum and the template's epilogue."""
+import ast
+
+import numpy as np
+import pytest
+
+from evaluator import Evaluator, EvaluatorSettings, Status
+from evaluator.compile_seed import seed_from_inductor
+from evo.core.kernel_source import find_tunables
+from evo.core.program import Program
+from evo.core.task import load_tasks
+from operators import Context
+from operators.split_k import SplitK
+from tests.test_compile_seed import DATA, MATMUL_INPUTS
+
+# A product with one 64 x 32 output tile and K = 1024: the template walks K in one program.
+TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+
+def get_inputs():
+    return [torch.randn(64, 1024, dtype=torch.float16), torch.randn(1024, 32, dtype=torch.float16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _seed(m=64, n=32, k=1024, even_k=False) -> str:
+    """Inductor's fp16 GEMM template (captured on an H200) compiled for fixed extents, as a seed."""
+    code = (DATA / "matmul_fp16_template.py.txt").read_text()
+    code = code.replace("    M = ks0\n", f"    M = {m}\n").replace("    N = ks1\n", f"    N = {n}\n")
+    code = code.replace("    K = ks2\n", f"    K = {k}\n")
+    if even_k:  # specialised to K divisible by BLOCK_K: no masks along K, BLOCK_K pinned
+        code = code.replace("EVEN_K : tl.constexpr = False", "EVEN_K : tl.constexpr = True")
+    task = load_tasks("default", names=["matmul_fp16"])[0]
+    source = seed_from_inductor(code, MATMUL_INPUTS, task.source)
+    # BLOCK_K 32 (tunable, or pinned where EVEN_K): 32 steps along K = 1024
+    return source.replace("K0_BLOCK_K = 128", "K0_BLOCK_K = 32").replace("BLOCK_K : tl.constexpr = 128",
+                                                                         "BLOCK_K : tl.constexpr = 32")
+
+
+def _child(source: str, seed: int = 0):
+    parent = Program(id=1, task="mm", island=0, generation=0, operator="seed", source=source)
+    return SplitK().propose(Context(task_name="mm", task_source=TASK, parent=parent), np.random.default_rng(seed))
+
+
+def test_a_gemm_with_few_tiles_and_a_long_k_is_split_with_a_tunable_split():
+    proposal = _child(_seed())
+    assert proposal.note == "triton_tem_fused_mm_0: K in 8 parts (1 tiles, 32 steps of BLOCK_K)"
+    child = proposal.source
+    tree = ast.parse(child)
+    kernels = [f.name for f in tree.body if isinstance(f, ast.FunctionDef) and f.decorator_list]
+    assert kernels == ["triton_tem_fused_mm_0_split_k", "triton_tem_fused_mm_0"]
+    assert {t.name: (t.kind, t.value) for t in find_tunables(child)}["K0_SPLIT_K"] == ("grid", 8)
+    # the partial kernel keeps the template's loop body and stores into the workspace; the other
+    # sums the partials in a fixed order (no atomics) and keeps the template's epilogue
+    assert child.count("acc += tl.dot(a, b, allow_tf32=ALLOW_TF32, out_dtype=ACC_TYPE)") == 1
+    assert child.count("tl.store(out_ptr0 + (tl.broadcast_to(xindex, [BLOCK_M, BLOCK_N])), acc, mask)") == 1
+    assert "atomic" not in child
+    assert "_split = max(1, min(K0_SPLIT_K, triton.cdiv(1024, K0_BLOCK_K), 131072))" in child
+    assert "triton_tem_fused_mm_0_split_k[(grid[0], _split, 1)](arg_A, arg_B, out_ptr0" in child
+    # a split child is not split again; a pinned BLOCK_K is read from the kernel
+    assert not SplitK().applies_to(Program(id=2, task="mm", island=0, generation=1, operator="split_k",
+                                           source=child))
+    assert "triton.cdiv(1024, 32)" in _child(_seed(even_k=True)).source
+
+
+def test_many_tiles_a_short_k_or_no_template_leave_nothing_to_split():
+    many = Program(id=1, task="mm", island=0, generation=0, operator="seed", source=_seed(m=4096, n=4096))
+    short = Program(id=2, task="mm", island=0, generation=0, operator="seed", source=_seed(k=128))
+    assert not SplitK().applies_to(many) and not SplitK().applies_to(short)
+    assert SplitK(max_tiles=8192).applies_to(many)
+    # symbolic extents (inductor compiled for dynamic shapes): no literal M, N, K to size the workspace
+    dynamic = seed_from_inductor((DATA / "matmul_fp16_template.py.txt").read_text(), MATMUL_INPUTS,
+                                 load_tasks("default", names=["matmul_fp16"])[0].source)
+    assert not SplitK().applies_to(Program(id=3, task="mm", island=0, generation=0, operator="seed",
+                                           source=dynamic))
+    assert _child("x = 1\n").source is None
+    with pytest.raises(ValueError):
+        SplitK(min_k_steps=1)
+
+
+@pytest.mark.slow
+def test_split_children_are_correct_for_any_split():
+    evaluator = Evaluator(EvaluatorSettings(device="cpu", timeout_s=120), "cpu")
+    try:
+        child = _child(_seed()).source
+        # 8 parts of 4 steps; 3 parts of 11, 11 and 10 steps; 64 parts, capped at the 32 steps
+        for split in (8, 3, 64):
+            result = evaluator.evaluate("mm", TASK, child.replace("K0_SPLIT_K = 8", f"K0_SPLIT_K = {split}"))
+            assert result.status is Status.CORRECT, (split, result.reason, result.error)
+        result = evaluator.evaluate("mm", TASK, _child(_seed(even_k=True)).source)
+        assert result.status is Status.CORRECT, (result.reason, result.error)
+    finally:
+        evaluator.close()
+
+
+@pytest.mark.gpu
+def test_split_children_compile_and_are_correct_on_a_gpu():
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    namespace: dict = {}
+    exec(compile(_child(_seed()).source, "split_k_child", "exec"), namespace)  # noqa: S102
+    a = torch.randn(64, 1024, dtype=torch.float16, device="cuda")
+    b = torch.randn(1024, 32, dtype=torch.float16, device="cuda")
+    out = namespace["ModelNew"]().cuda()(a, b)
+    torch.testing.assert_close(out, a @ b, atol=1e-2, rtol=1e-2)
