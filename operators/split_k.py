@@ -10,7 +10,7 @@ was also incorrect, its one running fp32 sum per output 2e-4 off.
 The child launches the template twice, from one kernel text:
 
 - ``<kernel>_split_k`` on a grid of (tiles, SPLIT_K): program (t, s) sums its tile over the s-th
-  contiguous run of BLOCK_K steps and stores the partial tile, fp32, into a workspace
+  of SPLIT_K equal runs of BLOCK_K steps and stores the partial tile, fp32, into a workspace
   ``(SPLIT_K, M, N)``; the loop body is the template's own, so its loads and masks are unchanged
   (a run of whole BLOCK_K steps keeps ``EVEN_K`` true);
 - ``<kernel>`` itself, on its own grid, with its loop over K replaced by the sum of the tile's
@@ -18,8 +18,8 @@ The child launches the template twice, from one kernel text:
   as it was.
 
 No atomics: the result is deterministic.  ``K<n>_SPLIT_K`` is a tunable constant (the constants
-operator and the sweep move it); the launcher caps it at the number of BLOCK_K steps and at a
-workspace of 2**28 floats.  It applies to a template whose tiles (at the parent's tile) number at
+operator and the sweep move it); the launcher takes the largest split at most that which divides
+the number of BLOCK_K steps and keeps the workspace within 2**28 floats.  It applies to a template whose tiles (at the parent's tile) number at
 most ``max_tiles`` and whose K takes at least ``min_k_steps`` steps; only templates with literal
 M, N and K (inductor compiled for fixed shapes) and one tile axis (not a batched product).
 """
@@ -180,11 +180,12 @@ def split_source(source: str, t: _Template, split: int) -> str:
     body = lines[loop.lineno:loop.end_lineno]  # the loop's body, its header left out
     epilogue = lines[loop.end_lineno:fn.end_lineno]
     partial = (decorators + [signature.replace(f"def {fn.name}(", f"def {fn.name}_split_k(", 1)] + prologue
-               + [f"{pad}# this program's run of BLOCK_K steps: the s-th of SPLIT_K\n",
-                  f"{pad}_k_steps = tl.cdiv(K, BLOCK_K)\n",
-                  f"{pad}_k_run = tl.cdiv(_k_steps, SPLIT_K)\n",
+               + [f"{pad}# this program's run of BLOCK_K steps, the s-th of SPLIT_K (which divides them: see the\n",
+                  f"{pad}# launcher); a loop of a constant count, its bounds independent of the program\n",
+                  f"{pad}_k_run = tl.cdiv(K, BLOCK_K) // SPLIT_K\n",
                   f"{pad}_pid_k = tl.program_id(1)\n",
-                  f"{pad}for k_idx in range(_pid_k * _k_run, tl.minimum(_pid_k * _k_run + _k_run, _k_steps)):\n"]
+                  f"{pad}for _k_step in range(0, _k_run):\n",
+                  f"{inner}k_idx = _pid_k * _k_run + _k_step\n"]
                + body + ["\n"] + tile
                + [f"{pad}_ws = ws_ptr + _pid_k.to(tl.int64) * (M * N) + _ws_rm[:, None] * N + _ws_rn[None, :]\n",
                   f"{pad}tl.store(_ws, acc, _ws_mask)\n", "\n\n"])
@@ -199,7 +200,10 @@ def split_source(source: str, t: _Template, split: int) -> str:
     device = ast.unparse(t.call.args[0])
     cap = max(1, _WORKSPACE_FLOATS // max(1, m * n))
     launch = [f"{launch_pad}# split-K: partial tiles into a workspace, then their sum and the epilogue\n",
-              f"{launch_pad}_split = max(1, min({t.prefix}SPLIT_K, triton.cdiv({t.extents['K']}, {t.block_k}), {cap}))\n",
+              f"{launch_pad}_steps = triton.cdiv({t.extents['K']}, {t.block_k})\n",
+              f"{launch_pad}_split = max(1, min({t.prefix}SPLIT_K, _steps, {cap}))\n",
+              f"{launch_pad}while _steps % _split:  # equal runs of whole steps: the largest split that divides them\n",
+              f"{launch_pad}    _split -= 1\n",
               f"{launch_pad}_ws = torch.empty((_split, {m}, {n}), dtype=torch.float32, device={device}.device)\n",
               f"{launch_pad}{fn.name}_split_k[(grid[0], _split, 1)]({arguments}, ws_ptr=_ws, SPLIT_K=_split)\n",
               f"{launch_pad}{fn.name}[grid]({arguments}, ws_ptr=_ws, SPLIT_K=_split)\n"]
