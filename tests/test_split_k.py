@@ -35,11 +35,13 @@ def get_init_inputs():
 '''
 
 
-def _seed(m=64, n=32, k=1024, even_k=False) -> str:
+def _seed(m=64, n=32, k=1024, even_k=False, relu=False) -> str:
     """Inductor's fp16 GEMM template (captured on an H200) compiled for fixed extents, as a seed."""
     code = (DATA / "matmul_fp16_template.py.txt").read_text()
     code = code.replace("    M = ks0\n", f"    M = {m}\n").replace("    N = ks1\n", f"    N = {n}\n")
     code = code.replace("    K = ks2\n", f"    K = {k}\n")
+    if relu:  # an epilogue fused into the template: right only if it sees the whole sum over K
+        code = code.replace("[BLOCK_M, BLOCK_N])), acc, mask)", "[BLOCK_M, BLOCK_N])), tl.maximum(acc, 0.0), mask)")
     if even_k:  # specialised to K divisible by BLOCK_K: no masks along K, BLOCK_K pinned
         code = code.replace("EVEN_K : tl.constexpr = False", "EVEN_K : tl.constexpr = True")
     task = load_tasks("default", names=["matmul_fp16"])[0]
@@ -101,6 +103,12 @@ def test_split_children_are_correct_for_any_split():
         assert result.status is Status.CORRECT, (result.reason, result.error)
         # 8 parts of 4 steps, loads without masks along K (EVEN_K)
         result = evaluator.evaluate("mm", TASK, _child(_seed(even_k=True)).source)
+        assert result.status is Status.CORRECT, (result.reason, result.error)
+        # the template's epilogue (a ReLU here) applied once, to the sum of the partials
+        relu_task = TASK.replace("return torch.matmul(A, B)", "return torch.relu(torch.matmul(A, B))")
+        child = _child(_seed(relu=True)).source
+        assert child.count("tl.maximum(acc, 0.0)") == 1
+        result = evaluator.evaluate("mm_relu", relu_task, child)
         assert result.status is Status.CORRECT, (result.reason, result.error)
     finally:
         evaluator.close()
