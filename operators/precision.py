@@ -16,6 +16,13 @@ So the child's dots move, all at once, to one precision:
 
 Dots with no precision argument are left alone: Triton already runs those in TF32 for fp32.
 A dot over fp16 or bf16 operands ignores the argument.
+
+A ``tf32x3`` child also gets more warps where a tile would hold more than 64 accumulator floats a
+thread (``K<n>_BLOCK_M`` x ``K<n>_BLOCK_N`` over 32 ``K<n>_NUM_WARPS``): split precision keeps
+each operand's high and low parts in registers as well.  In two H200 records
+(experiments/kernelbench_search.md sections 8 and 13), the GEMM templates' 128 x 128 tile in four
+warps spilled 172 registers under ``tf32x3`` and ran at 0.53x its IEEE seed's time, where eight
+warps (or a 128 x 64 tile) spilled none and ran at 0.29x; plain TF32 did not spill in four.
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ from typing import get_args
 import numpy as np
 
 from evaluator.choices import Tolerance, one_of
-from evo.core.kernel_source import call_spans
+from evo.core.kernel_source import call_spans, find_tunables, with_values
 from operators.base import Context, Operator, Proposal
 
 # A dot's precision argument: ``input_precision="..."`` or ``allow_tf32=<expression>``.
@@ -40,6 +47,31 @@ def _dot_arguments(source: str) -> list[re.Match]:
 
 def _current(match: re.Match) -> str:
     return match.group(2) if match.group(2) else "allow_tf32"
+
+
+_ACCUMULATOR_PER_THREAD = 64  # fp32 accumulator floats a thread that split precision keeps unspilled
+_MOST_WARPS = 16
+
+
+def _warps_for_split_precision(source: str) -> tuple[str, list[str]]:
+    """``source`` with each tile's warps doubled until it holds at most 64 accumulator floats a
+    thread (see the module's text), and what changed."""
+    values = {t.name: t for t in find_tunables(source)}
+    changes, said = {}, []
+    for name, warps in values.items():
+        prefix = name[:-len("NUM_WARPS")]
+        if not name.endswith("NUM_WARPS") or warps.kind != "warps":
+            continue
+        block_m, block_n = values.get(prefix + "BLOCK_M"), values.get(prefix + "BLOCK_N")
+        if block_m is None or block_n is None:
+            continue
+        count = warps.value
+        while block_m.value * block_n.value > _ACCUMULATOR_PER_THREAD * 32 * count and count < _MOST_WARPS:
+            count *= 2
+        if count != warps.value:
+            changes[warps] = count
+            said.append(f"{name} {warps.value}->{count}")
+    return (with_values(source, changes) if changes else source), said
 
 
 def with_precision(source: str, precision: str) -> str | None:
@@ -80,4 +112,8 @@ class DotPrecision(Operator):
         if not options:
             return Proposal(self.name, None, f"the parent's dots are already {'/'.join(sorted(current))}")
         precision, child = options[int(rng.integers(len(options)))]
-        return Proposal(self.name, child, f"dots {'/'.join(sorted(current))} -> {precision}")
+        note = f"dots {'/'.join(sorted(current))} -> {precision}"
+        if precision == "tf32x3":
+            child, warps = _warps_for_split_precision(child)
+            note += f" ({', '.join(warps)}: at most 64 accumulator floats a thread)" if warps else ""
+        return Proposal(self.name, child, note)

@@ -88,6 +88,22 @@ def test_strict_offers_split_precision_only_and_kernelbench_offers_plain_tf32_to
         DotPrecision(tolerance="loose")
 
 
+def test_a_split_precision_child_of_a_large_tile_gets_more_warps_and_a_tf32_child_does_not():
+    # a GEMM template's tile as a seed carries it: 128 x 128 in four warps is 128 accumulator floats
+    # a thread, which spilled under tf32x3 in the records; eight warps hold 64
+    template = ("K0_BLOCK_M = 128\nK0_BLOCK_N = 128\nK0_GROUP_M = 8\nK0_NUM_WARPS = 4\nK0_NUM_STAGES = 3\n"
+                "K1_BLOCK_M = 64\nK1_BLOCK_N = 32\nK1_NUM_WARPS = 4\n" + TEMPLATE_DOT + "\n")
+    loose = DotPrecision(tolerance="kernelbench")
+    children = {p.note: p.source for p in (loose.propose(_context(template), np.random.default_rng(seed))
+                                           for seed in range(12))}
+    split = children["dots allow_tf32 -> tf32x3 (K0_NUM_WARPS 4->8: at most 64 accumulator floats a thread)"]
+    assert "K0_NUM_WARPS = 8\n" in split and "K1_NUM_WARPS = 4\n" in split  # 64 x 32: 16 a thread
+    plain = children["dots allow_tf32 -> tf32"]
+    assert "K0_NUM_WARPS = 4\n" in plain
+    wide = template.replace("K0_BLOCK_N = 128", "K0_BLOCK_N = 256")
+    assert "K0_NUM_WARPS = 16\n" in DotPrecision().propose(_context(wide), np.random.default_rng(0)).source
+
+
 @pytest.mark.slow
 def test_a_split_precision_child_runs_and_is_checked_like_any_child():
     # Under Triton's interpreter the precision changes nothing: this checks that the child runs.
