@@ -37,14 +37,19 @@ def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: in
     or more output channels a group, 128x64 tiles in three stages ran 1.5-4.2x faster than 64x32 in
     two; with 32, 64x32 stayed best, and with 16, 64x16 ran 1.3x faster than 64x32 (a wider tile
     computes empty columns).  One channel a group (depthwise) takes the direct kernel: 256
-    positions a program ran 37x faster than the tiled kernel, and 1.2x faster than cuDNN."""
+    positions a program ran 37x faster than the tiled kernel, and 1.2x faster than cuDNN.
+
+    The wide tile reduces 16 channels a step, not 32: with the packed weight of section 11, that
+    tile at 32 spilled 30 to 188 registers in fp32, and in the strict record of section 13 the
+    children whose only change from the seed was BLOCK_K 32 -> 16 ran at 0.50-0.96x its time on
+    all 9 convolutions that had one (median 0.56x)."""
     if weight_shape is None or len(weight_shape) < 3:
         return (64, 16 if groups > 1 else 32, 32, 4, 2)
     per_group = _per_group(weight_shape, transposed, groups)[1]
     if per_group == 1:
         return (256, 16, 32, 4, 2)
     if per_group >= 64:
-        return (128, 64, 32, 4, 3)
+        return (128, 64, 16, 4, 3)
     return (64, 16 if per_group <= 16 else 32, 32, 4, 2)
 
 
