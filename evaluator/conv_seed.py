@@ -40,7 +40,7 @@ def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: in
     positions a program ran 37x faster than the tiled kernel, and 1.2x faster than cuDNN.
 
     The wide tile reduces 16 channels a step, not 32: with the packed weight of section 11, that
-    tile at 32 spilled 30 to 188 registers in fp32, and in the strict record of section 13 the
+    tile at 32 spilled up to 188 registers in fp32 (7 of 14 seeds 30 or more), and in the strict record of section 13 the
     children whose only change from the seed was BLOCK_K 32 -> 16 ran at 0.50-0.96x its time on
     all 9 convolutions that had one (median 0.56x)."""
     if weight_shape is None or len(weight_shape) < 3:
