@@ -51,7 +51,7 @@ def handle(request: dict) -> dict:
     kind = request.get("kind", "evaluate")
     if request.get("device", "cpu").startswith("cuda") and torch.cuda.is_available():
         torch.cuda.set_per_process_memory_fraction(float(request.get("gpu_memory_fraction", 0.9)))
-        strict_fp32()
+        precision_for(request.get("tolerance"))
     if kind != "evaluate" or request.get("exclusive"):  # an evaluation's start goes on to read its task
         gate.host_start_over(request.get("gate_fds"))
     if kind == "check_task":
@@ -76,6 +76,26 @@ def strict_fp32() -> None:
     """
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+
+
+def pytorch_default_precision() -> None:
+    """PyTorch's own defaults: fp32 matrix products in full precision, cuDNN's convolutions in TF32."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+
+
+def precision_for(tolerance: float | None) -> None:
+    """The precision references, baselines and candidates run in, by the evaluation's tolerance.
+
+    Strict (``tolerance`` None: the per-dtype defaults): exact fp32 (:func:`strict_fp32`).  A
+    looser tolerance (``evaluator.tolerance=kernelbench``, which admits TF32 children): PyTorch's
+    defaults, as KernelBench's harness and a user's ``torch.compile`` run them, so that eager and
+    torch.compile are timed as users get them, convolutions in TF32 included.  Set for every
+    request: a worker serves many."""
+    if tolerance is None:
+        strict_fp32()
+    else:
+        pytorch_default_precision()
 
 
 def _load_module(source: str, scratch: Path, prefix: str):

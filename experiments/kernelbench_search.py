@@ -6,7 +6,7 @@
     python3 -m evo.cli run task.path=TASKS run.budget.evaluations=640 run.dir=RUN_STRICT
     python3 -m evo.cli run task.path=TASKS run.budget.evaluations=640 run.dir=RUN_KB evaluator.tolerance=kernelbench
     # 3. eager, torch.compile and torch.compile(mode="max-autotune-no-cudagraphs") of every problem
-    python3 experiments/kernelbench_search.py baselines --tasks TASKS --out baselines.json [--gpus 4]
+    python3 experiments/kernelbench_search.py baselines --tasks TASKS --out baselines.json [--gpus 4] [--tolerance kernelbench]
     # 4. the tables
     python3 experiments/kernelbench_search.py collect --run strict=RUN_STRICT --run kernelbench=RUN_KB \\
         [--baselines baselines.json] --out DIR
@@ -68,18 +68,20 @@ def draw(args) -> None:
 
 # --- baselines -------------------------------------------------------------------------------
 
-def _measure_one(path: str, reps: int, budget_s: float, max_autotune_mode: str) -> dict:
-    """Runs in its own process, on the one GPU it sees (trusted code: KernelBench's references)."""
+def _measure_one(path: str, reps: int, budget_s: float, max_autotune_mode: str, tolerance: str) -> dict:
+    """Runs in its own process, on the one GPU it sees (trusted code: KernelBench's references);
+    in the precision the engine times that tolerance's baselines in (``evaluator.harness.precision_for``)."""
     import copy
     import importlib.util
 
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from evaluator.harness import strict_fp32
+    from evaluator.settings import TOLERANCES
+    from evaluator.harness import precision_for
     from evaluator.timing import time_interleaved
 
-    strict_fp32()
+    precision_for(TOLERANCES[tolerance])
     spec = importlib.util.spec_from_file_location("problem", path)
     problem = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(problem)
@@ -104,6 +106,7 @@ def _measure_one(path: str, reps: int, budget_s: float, max_autotune_mode: str) 
         row[f"{label}_spread"] = side.baseline.spread
     row["samples"] = timed["compile"].candidate.samples
     row["max_autotune_mode"] = max_autotune_mode
+    row["precision"] = "strict fp32" if TOLERANCES[tolerance] is None else "PyTorch's defaults (cuDNN TF32)"
     return row
 
 
@@ -122,7 +125,7 @@ def baselines(args) -> None:
         began = time.perf_counter()
         try:
             proc = subprocess.run([sys.executable, __file__, "_one", str(path), str(args.reps), str(args.budget_s),
-                                   args.max_autotune_mode],
+                                   args.max_autotune_mode, args.tolerance],
                                   env=env, capture_output=True, text=True, timeout=args.timeout)
             lines = proc.stdout.strip().splitlines()
             row = json.loads(lines[-1]) if proc.returncode == 0 and lines else {
@@ -334,7 +337,7 @@ def seeds(args) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_one":
-        print(json.dumps(_measure_one(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])))
+        print(json.dumps(_measure_one(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6])))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -351,6 +354,8 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=2.0)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--max-autotune-mode", default="max-autotune-no-cudagraphs")
+    p.add_argument("--tolerance", default="strict", choices=["strict", "kernelbench"],
+                   help="the search's evaluator.tolerance: the precision its baselines are timed in")
     p = sub.add_parser("collect")
     p.add_argument("--run", action="append", required=True,
                    help="LABEL=RUN_DIR, or LABEL=DIR1+DIR2 (a task's row from the last run that searched it)")

@@ -125,3 +125,22 @@ def test_an_island_draws_only_operators_that_can_change_the_parent():
     assert {island.propose(_context(KERNEL)).operator for _ in range(20)} >= {"dot_precision"}
     alone = Island(0, [DotPrecision()], [1.0], seed=1)
     assert alone.propose(_context("x = 1\n")).note == "no enabled operator can change this parent"
+
+
+def test_strict_runs_exact_fp32_and_kernelbench_runs_pytorchs_defaults():
+    """Under the kernelbench tolerance, references, eager and torch.compile run as users and
+    KernelBench's harness run them: cuDNN's convolutions in TF32 (PyTorch's default); strict keeps
+    every fp32 product exact."""
+    import torch
+
+    from evaluator.harness import precision_for
+    from evaluator.settings import TOLERANCES
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        precision_for(TOLERANCES["kernelbench"])
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, True)
+        precision_for(TOLERANCES["strict"])
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -23,7 +23,8 @@ from evo.views.run_view import RunView
 P_VALUES = (0.0, 1.0, 1.5, 2.0)
 TOLERANCE_NOTES = {
     "strict": "strict tolerances (the engine's default: fp32 1e-4, fp16 1e-2, bf16 2e-2, or the task's own)",
-    "kernelbench": "KernelBench's published tolerances (atol = rtol = 1e-2 where the task sets none)",
+    "kernelbench": "KernelBench's published tolerances (atol = rtol = 1e-2 where the task sets none), "
+                   "references and baselines in PyTorch's default precision (cuDNN convolutions in TF32)",
 }
 
 
