@@ -49,9 +49,10 @@ class Stage:
 
 def handle(request: dict) -> dict:
     kind = request.get("kind", "evaluate")
-    if request.get("device", "cpu").startswith("cuda") and torch.cuda.is_available():
-        torch.cuda.set_per_process_memory_fraction(float(request.get("gpu_memory_fraction", 0.9)))
+    if request.get("device", "cpu").startswith("cuda"):
         precision_for(request.get("tolerance"))
+        if torch.cuda.is_available():
+            torch.cuda.set_per_process_memory_fraction(float(request.get("gpu_memory_fraction", 0.9)))
     if kind != "evaluate" or request.get("exclusive"):  # an evaluation's start goes on to read its task
         gate.host_start_over(request.get("gate_fds"))
     if kind == "check_task":

@@ -136,11 +136,20 @@ def test_strict_runs_exact_fp32_and_kernelbench_runs_pytorchs_defaults():
     from evaluator.harness import precision_for
     from evaluator.settings import TOLERANCES
 
+    from evaluator.harness import handle
+
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     try:
         precision_for(TOLERANCES["kernelbench"])
         assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, True)
         precision_for(TOLERANCES["strict"])
         assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
+        # a worker sets it from each request's tolerance before it runs the request
+        with pytest.raises(ValueError, match="unknown request kind"):
+            handle({"kind": "no_such_kind", "device": "cuda", "tolerance": TOLERANCES["kernelbench"]})
+        assert torch.backends.cudnn.allow_tf32 is True
+        with pytest.raises(ValueError, match="unknown request kind"):
+            handle({"kind": "no_such_kind", "device": "cuda", "tolerance": TOLERANCES["strict"]})
+        assert torch.backends.cudnn.allow_tf32 is False
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
