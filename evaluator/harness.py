@@ -19,6 +19,7 @@ from evaluator.calls import Failure, call, error_text, is_out_of_memory, make_in
 from evaluator.compare import mismatch
 from evaluator.correctness import Verifier
 from evaluator.dispatcher_state import Recorder
+from evaluator.fp32_precision import precision_for
 from evaluator.guards import compiled_kernels
 from evaluator.interpreter_state import StateWatch
 from evaluator.invoke import Invoker
@@ -66,37 +67,6 @@ def handle(request: dict) -> dict:
     if kind == "roofline_peaks":
         return roofline_peaks(request)
     raise ValueError(f"unknown request kind {kind!r}")
-
-
-def strict_fp32() -> None:
-    """fp32 products in fp32, for references, baselines and candidates alike.
-
-    PyTorch runs fp32 matrix products in full precision by default but convolutions in
-    TF32 (cuDNN), about 5e-4 relative error: a reference computed that way misses the fp32
-    tolerance (1e-4) against any exact kernel.  Off for both, a reference is exact fp32.
-    """
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-
-
-def pytorch_default_precision() -> None:
-    """PyTorch's own defaults: fp32 matrix products in full precision, cuDNN's convolutions in TF32."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = True
-
-
-def precision_for(tolerance: float | None) -> None:
-    """The precision references, baselines and candidates run in, by the evaluation's tolerance.
-
-    Strict (``tolerance`` None: the per-dtype defaults): exact fp32 (:func:`strict_fp32`).  A
-    looser tolerance (``evaluator.tolerance=kernelbench``, which admits TF32 children): PyTorch's
-    defaults, as KernelBench's harness and a user's ``torch.compile`` run them, so that eager and
-    torch.compile are timed as users get them, convolutions in TF32 included.  Set for every
-    request: a worker serves many."""
-    if tolerance is None:
-        strict_fp32()
-    else:
-        pytorch_default_precision()
 
 
 def _load_module(source: str, scratch: Path, prefix: str):

@@ -70,7 +70,7 @@ def draw(args) -> None:
 
 def _measure_one(path: str, reps: int, budget_s: float, max_autotune_mode: str, tolerance: str) -> dict:
     """Runs in its own process, on the one GPU it sees (trusted code: KernelBench's references);
-    in the precision the engine times that tolerance's baselines in (``evaluator.harness.precision_for``)."""
+    in the precision the engine times that tolerance's baselines in (``evaluator.fp32_precision.precision_for``)."""
     import copy
     import importlib.util
 
@@ -78,7 +78,7 @@ def _measure_one(path: str, reps: int, budget_s: float, max_autotune_mode: str, 
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from evaluator.settings import TOLERANCES
-    from evaluator.harness import precision_for
+    from evaluator.fp32_precision import precision_for
     from evaluator.timing import time_interleaved
 
     precision_for(TOLERANCES[tolerance])

@@ -59,9 +59,9 @@ def _warps_for_split_precision(source: str) -> tuple[str, list[str]]:
     values = {t.name: t for t in find_tunables(source)}
     changes, said = {}, []
     for name, warps in values.items():
-        prefix = name[:-len("NUM_WARPS")]
         if not name.endswith("NUM_WARPS") or warps.kind != "warps":
             continue
+        prefix = name[:-len("NUM_WARPS")]
         block_m, block_n = values.get(prefix + "BLOCK_M"), values.get(prefix + "BLOCK_N")
         if block_m is None or block_n is None:
             continue
@@ -115,5 +115,5 @@ class DotPrecision(Operator):
         note = f"dots {'/'.join(sorted(current))} -> {precision}"
         if precision == "tf32x3":
             child, warps = _warps_for_split_precision(child)
-            note += f" ({', '.join(warps)}: at most 64 accumulator floats a thread)" if warps else ""
+            note += f" ({', '.join(warps)}: at most {_ACCUMULATOR_PER_THREAD} accumulator floats a thread)" if warps else ""
         return Proposal(self.name, child, note)

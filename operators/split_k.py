@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evo.core.kernel_source import parse
+from evo.core.kernel_source import find_tunables, parse
 from operators.base import Context, Operator, Proposal
 
 _LOOP = "range(0, tl.cdiv(K, BLOCK_K))"
@@ -99,12 +99,6 @@ def _template(tree: ast.Module, fn: ast.FunctionDef) -> _Template | None:
     return None
 
 
-def _constants(tree: ast.Module) -> dict[str, int]:
-    return {n.targets[0].id: n.value.value for n in tree.body
-            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-            and isinstance(n.value, ast.Constant) and type(n.value.value) is int}
-
-
 def _value(expression: str, constants: dict[str, int]) -> int | None:
     return int(expression) if expression.isdigit() else constants.get(expression)
 
@@ -131,7 +125,7 @@ class SplitK(Operator):
             tree = parse(source)
         except SyntaxError:
             return []
-        constants, found = _constants(tree), []
+        constants, found = {t.name: t.value for t in find_tunables(source, tree)}, []
         for fn in tree.body:
             if isinstance(fn, ast.FunctionDef) and _is_jit(fn) and (template := _template(tree, fn)):
                 m, n, k = (template.extents[d] for d in "MNK")

@@ -133,7 +133,7 @@ def test_strict_runs_exact_fp32_and_kernelbench_runs_pytorchs_defaults():
     every fp32 product exact."""
     import torch
 
-    from evaluator.harness import precision_for
+    from evaluator.fp32_precision import precision_for
     from evaluator.settings import TOLERANCES
 
     from evaluator.harness import handle
