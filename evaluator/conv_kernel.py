@@ -1,37 +1,34 @@
 """A Triton convolution for seeds: what inductor leaves to cuDNN (``extern_kernels.convolution``).
 
-Inductor compiles most convolutions to a call into cuDNN, which is no Triton to start a
-search from.  A seed replaces each such call with :func:`_convolution` below, an implicit
-GEMM written once for every variant ``aten.convolution`` has: 1 to 3 spatial dimensions,
-stride, padding, dilation, groups (depthwise included), and transposed convolutions with
-output padding.  Nothing is unfolded in memory: each program gathers its tile of the
-input straight from the input tensor, so the memory use is that of cuDNN (the output).
+Inductor compiles most convolutions to a call into cuDNN, which is no Triton to start a search
+from.  A seed replaces each such call with :func:`_convolution` below, an implicit GEMM written
+once for every variant ``aten.convolution`` has: 1 to 3 spatial dimensions, stride, padding,
+dilation, groups (depthwise included), transposed with output padding.  Nothing is unfolded in
+memory: each program gathers its tile straight from the input (or its channels-last copy).
 
-- Rows of the GEMM are output positions (batch and spatial), columns are the output
-  channels of one group, the reduction runs over the group's input channels times the
-  kernel taps; the third grid axis is the group.
-- A transposed convolution gathers too: output position ``y`` and tap ``k`` read input
-  ``(y + padding - k * dilation) / stride`` where that division is exact, zero elsewhere
-  (no scatter, no atomics: the result is deterministic).
+- Rows of the GEMM are output positions (batch and spatial), columns the output channels of one
+  group, the reduction runs over the group's input channels times the taps; grid axis 2 is the group.
+- A transposed convolution gathers too: output ``y`` and tap ``k`` read input ``(y + padding -
+  k * dilation) / stride`` where that division is exact, zero elsewhere (no scatter, no atomics).
 - From 16 input channels a group, a second kernel runs the reduction over (tap, block of
-  channels): a tap's input positions are worked out per row of the tile, not per element.
-  Transposed with a stride, whether the division is exact depends on ``y`` modulo the stride
-  alone (its phase): each program takes one phase's output positions and visits only the taps
-  that phase admits, about one in ``stride ** dims`` (the general kernel multiplied the others
-  by zero).
-- The gathers are built with the reduction index in rows, so that a warp's lanes run along
-  consecutive input addresses (output positions), not across channels ``H * W`` apart; the
-  second kernel reads the weight packed with output channels innermost.
+  channels), a tap's input positions worked out per row of the tile.  Transposed with a stride,
+  whether the division is exact depends on ``y`` modulo the stride alone (its phase): each
+  program takes one phase's rows and visits only the taps it admits, about one in ``stride ** dims``.
+- The gathers put the reduction index in rows, so that a warp's lanes run along consecutive
+  input addresses (output positions), not across channels ``H * W`` apart; the second kernel
+  reads the weight packed with output channels innermost.  Or (``channels_last``) it gathers from
+  a channels-last copy of the input, a tap's rows as whole vectors of channels, the weight packed
+  with input channels innermost: with the seeds' tile in TF32 on an H200, 2.3 to 3.3x faster on
+  the four 2-D convolutions with many channels of the KernelBench sample, the copy included
+  (``experiments/kernelbench_search.md``, section 16).
 - Stride, padding and dilation are compile-time constants: a transposed convolution's division
   and remainder by the stride become shifts, or vanish for a stride of one.
-- fp32 products are exact (``input_precision="ieee"``): the evaluator's references run
-  without TF32, and so does this.
-- One output channel per group (depthwise) gives the tensor cores nothing to multiply: such a
-  convolution takes a direct kernel instead, each program summing the taps of ``block_m``
-  output positions of one channel.
+- fp32 products are exact (``input_precision="ieee"``), as the strict references run.
+- One output channel a group (depthwise) gives the tensor cores nothing to multiply: a direct
+  kernel sums the taps of ``block_m`` output positions of one channel a program.
 
-The converter (``evaluator.conv_seed``) copies everything below the ``# --- seed ---``
-line into a seed, so this module is both what runs in tests and the text seeds carry.
+The converter (``evaluator.conv_seed``) copies everything below the ``# --- seed ---`` line
+into a seed, so this module is both what runs in tests and the text seeds carry.
 """
 from __future__ import annotations
 
@@ -163,13 +160,21 @@ def _tap_rows(qd, qh, qw, r_d, r_h, r_w, m_mask, x_base, w_group, C_group, O_gro
 
 
 @triton.jit
-def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, O_group, n_mask, sxc, IEEE: tl.constexpr):
+def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, O_group, n_mask, sxc, IEEE: tl.constexpr,
+                     CHANNELS_LAST: tl.constexpr):
     # One tap's block of input channels times its weights, added to the tile.  The gather's lanes
-    # run along the rows (consecutive input addresses), not across channels H * W apart.
+    # run along consecutive input addresses: the rows (output positions) in NCHW, the channels in
+    # channels-last (then each row's channels load as whole vectors, and the weight comes packed
+    # with its channels innermost too: both operands K-major, as TF32 tensor cores read them).
     c_mask = channel < C_group
-    a = tl.trans(tl.load(x_rows[None, :] + channel[:, None].to(tl.int64) * sxc,
-                         mask=c_mask[:, None] & rows[None, :], other=0.0))
-    b = tl.load(w_tap + channel[:, None] * O_group, mask=c_mask[:, None] & n_mask[None, :], other=0.0)
+    if CHANNELS_LAST:
+        a = tl.load(x_rows[:, None] + channel[None, :].to(tl.int64) * sxc,
+                    mask=rows[:, None] & c_mask[None, :], other=0.0)
+        b = tl.trans(tl.load(w_tap + channel[None, :], mask=n_mask[:, None] & c_mask[None, :], other=0.0))
+    else:
+        a = tl.trans(tl.load(x_rows[None, :] + channel[:, None].to(tl.int64) * sxc,
+                             mask=c_mask[:, None] & rows[None, :], other=0.0))
+        b = tl.load(w_tap + channel[:, None] * O_group, mask=c_mask[:, None] & n_mask[None, :], other=0.0)
     if IEEE:
         return acc + tl.dot(a, b, input_precision="ieee")
     else:
@@ -186,7 +191,8 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
                       KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, TRANSPOSED: tl.constexpr,
                       HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      TAP_STEP_D: tl.constexpr, TAP_STEP_H: tl.constexpr, TAP_STEP_W: tl.constexpr):
+                      TAP_STEP_D: tl.constexpr, TAP_STEP_H: tl.constexpr, TAP_STEP_W: tl.constexpr,
+                      CHANNELS_LAST: tl.constexpr):
     # The reduction runs over taps, then a tap's channels: a tap's input positions are worked out
     # per row of the tile, not per element of each gather.
     # Transposed, output y takes tap k only where the stride divides y + padding - k * dilation,
@@ -229,8 +235,10 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
     shift_h: tl.constexpr = stride_h * ((KH - 1) * dil_h // stride_h + 1)
     shift_w: tl.constexpr = stride_w * ((KW - 1) * dil_w // stride_w + 1)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # the weight comes packed as (group, tap, channel, output channel), output channels contiguous
-    w_group = w_ptr + group * (KD * KH * KW) * C_group * O_group + offs_n[None, :]
+    # the weight comes packed as (group, tap, channel, output channel), output channels contiguous, or
+    # channels-last as (group, tap, output channel, channel)
+    w_group = w_ptr + group * (KD * KH * KW) * C_group * O_group + (
+        offs_n[:, None] * C_group if CHANNELS_LAST else offs_n[None, :])
     geometry = (qd, qh, qw, r_d, r_h, r_w, m_mask, x_base, w_group, C_group, O_group, D_in, H_in, W_in,
                 sxd, sxh, sxw)
     # One loop over (admitted tap, channel block), which Triton pipelines across taps (a tap's
@@ -248,7 +256,7 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
         rows, x_rows, w_tap = _tap_rows(*geometry, kd, kh, kw, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w,
                                         dil_d, dil_h, dil_w, shift_d, shift_h, shift_w, KH, KW, TRANSPOSED)
         acc = _channel_product(acc, x_rows, rows, w_tap, (step % blocks) * BLOCK_K + offs_c, C_group, O_group,
-                               n_mask, sxc, IEEE)
+                               n_mask, sxc, IEEE, CHANNELS_LAST)
     _store_tile(acc, out_ptr, b_ptr, batch, group * O_group + offs_n, od, oh, ow, son, soo, sod, soh, sow,
                 m_mask, n_mask, HAS_BIAS)
 
@@ -315,10 +323,12 @@ def _spatial3(values, fill):
 
 def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,), transposed=False,
                  output_padding=(0,), groups=1, *, out_size=None, out_stride=None,
-                 block_m=64, block_n=32, block_k=32, num_warps=4, num_stages=2, taps_loop=True):
+                 block_m=64, block_n=32, block_k=32, num_warps=4, num_stages=2, taps_loop=True,
+                 channels_last=False):
     """``aten.convolution`` in Triton; the output gets ``out_size``/``out_stride`` where the
     compiled graph expects a particular layout, else it is contiguous.  ``taps_loop``: from 16
-    channels a group, the taps kernel (else the general one, as below 16)."""
+    channels a group, the taps kernel (else the general one, as below 16); ``channels_last``: the
+    taps kernel gathers from a channels-last copy of the input."""
     dims = x.dim() - 2
     kernel = list(weight.shape[2:])
     stride, padding, dilation, output_padding = (
@@ -370,12 +380,20 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
         steps = [s // _gcd(s, d) for s, d in zip(strides, _spatial3(dilation, 1))]  # admitted taps apart
         # The weight packed as (group, tap, channel, output channel), one copy a call: a tap's weights
         # are rows of consecutive output channels, where PyTorch's layout puts a sector per float
-        # (suspected in the stride-1 loss: kernelbench_search.md, sections 9 and 11).
+        # (suspected in the stride-1 loss: kernelbench_search.md, sections 9 and 11).  Channels-last,
+        # the input is copied once with its channels innermost and the weight packed as (group, tap,
+        # output channel, channel).
         taps = _count(kernel)
-        packed = (weight.reshape(groups, c_group, o_group, taps).permute(0, 3, 1, 2) if transposed else
-                  weight.reshape(groups, o_group, c_group, taps).permute(0, 3, 2, 1)).contiguous()
+        by_input = weight.reshape(groups, c_group, o_group, taps) if transposed else \
+            weight.reshape(groups, o_group, c_group, taps).transpose(1, 2)
+        packed = by_input.permute(0, 3, 2, 1) if channels_last else by_input.permute(0, 3, 1, 2)
+        packed = packed.contiguous()
+        if channels_last and x.stride(1) != 1:
+            x = x.movedim(1, -1).contiguous().movedim(-1, 1)
+            x_layout = (x.stride(0), x.stride(1), *_spatial3(x.stride()[2:], 0))
         _conv_taps_kernel[grid](x, packed, b_arg, out, *sizes[:6], *quotients, m_phase, c_group, o_group,
                                 *x_layout, *out_layout, *geometry, IEEE=x.dtype == torch.float32,
+                                CHANNELS_LAST=channels_last,
                                 BLOCK_N=block_n, BLOCK_K=block_k,
                                 TAP_STEP_D=steps[0], TAP_STEP_H=steps[1], TAP_STEP_W=steps[2],
                                 **shared)

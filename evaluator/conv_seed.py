@@ -53,6 +53,15 @@ def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: in
     return (64, 16 if per_group <= 16 else 32, 32, 4, 2)
 
 
+def channels_last_first(weight_shape: tuple[int, ...]) -> bool:
+    """Where a call site may run the taps loop, whether it starts from the channels-last gather
+    (else the NCHW one); either way the switch is the search's to flip.  With the seed's tile in
+    TF32 on an H200 (``experiments/kernelbench_search.md``, section 16) channels-last ran 2.3-3.3x
+    faster on the 2-D l1_57, l1_62, l1_65 and l1_69, 1.45x on l2_10 and 1.18x on l2_36, but 0.95x on
+    the 1-D l1_79, whose NCHW rows already run along its one spatial dimension: from two dimensions."""
+    return len(weight_shape) - 2 >= 2
+
+
 def _two_loops(weight_shape: tuple[int, ...] | None, transposed: bool, groups: int) -> bool:
     """Whether ``_convolution`` may run this convolution either way: 16 or more input channels a
     group and more than one output channel (the taps loop, or the general one).  With the seeds'
@@ -118,9 +127,12 @@ def replace_convolutions(lines: list[str], first_index: int) -> tuple[list[str],
                  f"K{index}_NUM_WARPS = {warps}", f"K{index}_NUM_STAGES = {stages}"]
         choice = ""
         if _two_loops(*shape):  # which reduction loop is faster depends on the problem: a switch,
-            # first of the call's constants, so that a sweep (one step of each in source order) flips it
-            names.insert(0, f"K{index}_USE_TAPS_LOOP = 1")
-            choice = f", taps_loop=K{index}_USE_TAPS_LOOP == 1"
+            # first of the call's constants, so that a sweep (one step of each in source order) flips it;
+            # then whether the taps loop gathers from a channels-last copy of the input
+            names[:0] = [f"K{index}_USE_TAPS_LOOP = 1",
+                         f"K{index}_USE_CHANNELS_LAST = {int(channels_last_first(shape[0]))}"]
+            choice = (f", taps_loop=K{index}_USE_TAPS_LOOP == 1,\n"
+                      f"                        channels_last=K{index}_USE_CHANNELS_LAST == 1")
         constants.append("\n".join(names))
         launchers.append(f"def _launch_{index}(*args, **kwargs):\n"
                          f"    return _convolution(*args, **kwargs, block_m=K{index}_BLOCK_M, block_n=K{index}_BLOCK_N,"

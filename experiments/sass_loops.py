@@ -78,7 +78,8 @@ def loops(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> l
 DIVISIBLE = ("c_in", "C_group", "O_group")
 GEOMETRY = dict(stride_d=1, stride_h=1, stride_w=1, pad_d=0, pad_h=0, pad_w=0, dil_d=1, dil_h=1, dil_w=1)
 TILE = dict(KD=1, KH=3, KW=5, HAS_BIAS=False, IEEE=True, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)
-STEPS = dict(TAP_STEP_D=1, TAP_STEP_H=1, TAP_STEP_W=1)  # the taps kernel's admitted taps, this far apart
+# the taps kernel's admitted taps, this far apart, and its gather (NCHW unless a case says otherwise)
+STEPS = dict(TAP_STEP_D=1, TAP_STEP_H=1, TAP_STEP_W=1, CHANNELS_LAST=False)
 CASES = {  # name: (kernel, constexprs beyond the tile); strides are runtime arguments in older kernels
     "regular, stride 1": ("_conv_kernel", dict(TRANSPOSED=False, **GEOMETRY)),
     "transposed, stride 1": ("_conv_kernel", dict(TRANSPOSED=True, **GEOMETRY)),
@@ -88,6 +89,8 @@ CASES = {  # name: (kernel, constexprs beyond the tile); strides are runtime arg
     "transposed, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **GEOMETRY, **STEPS)),
     "transposed, stride 2, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **dict(
         GEOMETRY, stride_h=2, stride_w=2, pad_h=1, pad_w=1), **dict(STEPS, TAP_STEP_H=2, TAP_STEP_W=2))),
+    "regular, stride 1, taps kernel, channels-last": ("_conv_taps_kernel", dict(
+        TRANSPOSED=False, **GEOMETRY, **dict(STEPS, CHANNELS_LAST=True))),
 }
 
 

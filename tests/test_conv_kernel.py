@@ -80,6 +80,35 @@ def test_the_convolution_matches_pytorchs_on_the_direct_and_the_tiled_path(conv,
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [
+    # the taps kernel gathering from a channels-last copy, its weight packed channels innermost
+    (lambda: torch.nn.Conv2d(16, 8, 3, stride=2, padding=1, dilation=(1, 2)), (2, 16, 7, 9)),
+    (lambda: torch.nn.Conv3d(32, 4, 3, padding=1, groups=2), (1, 32, 3, 4, 5)),
+    (lambda: torch.nn.Conv1d(20, 6, 5, stride=3, padding=2, dilation=2), (2, 20, 17)),
+    (lambda: torch.nn.ConvTranspose2d(16, 6, 3, stride=2, padding=1, output_padding=1), (2, 16, 5, 6)),
+    (lambda: torch.nn.ConvTranspose2d(32, 8, (3, 2), stride=(2, 1), groups=2, bias=False), (1, 32, 5, 4)),
+    (lambda: torch.nn.ConvTranspose3d(16, 4, (2, 3, 5), stride=(3, 1, 2), padding=(0, 1, 2)), (1, 16, 2, 3, 4)),
+])
+@pytest.mark.parametrize("already_channels_last", [False, True])
+def test_the_channels_last_gather_matches_pytorchs(conv, case, already_channels_last):
+    convolution, device = conv
+    make, shape = case
+    torch.manual_seed(0)
+    module = make().to(device)
+    x = torch.randn(shape, device=device)
+    if already_channels_last:  # no copy: the kernel reads the caller's tensor through its strides
+        x = x.movedim(1, -1).contiguous().movedim(-1, 1)
+    transposed = isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))
+    out = convolution(x, module.weight.detach(), None if module.bias is None else module.bias.detach(), module.stride,
+                      module.padding, module.dilation, transposed, module.output_padding if transposed else (0,),
+                      module.groups, block_m=16, block_n=16, block_k=16, channels_last=True)
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # as references run
+        expected = module(x)
+    assert out.is_contiguous()  # the output keeps PyTorch's default layout whatever the gather
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
 def test_a_strided_transposed_convolution_visits_only_the_taps_its_phases_admit(conv, monkeypatch):
     """With a stride, an output takes a tap only where the stride divides its offset: the taps kernel
     (each program one phase's rows) alone computes it, and right."""
@@ -135,6 +164,19 @@ def test_a_call_site_that_can_run_either_loop_gets_a_switch(weight, transposed, 
     _, constants, launchers = replace_convolutions(lines, 0)
     assert ("K0_USE_TAPS_LOOP = 1" in constants[0]) is switch  # the taps loop first: the records' kernel
     assert ("taps_loop=K0_USE_TAPS_LOOP == 1" in launchers[0]) is switch
+    # and, from two spatial dimensions, its gather from a channels-last copy first (section 16),
+    # behind a switch of its own
+    assert ("K0_USE_CHANNELS_LAST = 1" in constants[0]) is switch
+    assert ("channels_last=K0_USE_CHANNELS_LAST == 1" in launchers[0]) is switch
+
+
+def test_a_one_dimensional_convolution_starts_from_the_nchw_gather():
+    lines = ["assert_size_stride(arg0_1, (32, 64, 5), (320, 5, 1))",
+             "buf0 = extern_kernels.convolution(arg1_1, arg0_1, stride=(2,), padding=(1,), dilation=(1,), "
+             "transposed=True, output_padding=(0,), groups=1, bias=None)"]
+    _, constants, launchers = replace_convolutions(lines, 0)
+    assert "K0_USE_TAPS_LOOP = 1" in constants[0] and "K0_USE_CHANNELS_LAST = 0" in constants[0]
+    assert "channels_last=K0_USE_CHANNELS_LAST == 1" in launchers[0]
 
 
 @pytest.mark.slow
