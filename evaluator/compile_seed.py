@@ -258,10 +258,11 @@ def _argument(source_name: str, forward_params: list[str]) -> str:
 
 
 def seed_from_inductor(code: str, graph_inputs: list[str], task_source: str, *, origin: str = "",
-                       configs: dict[str, dict] | None = None) -> str:
+                       configs: dict[str, dict] | None = None, conv_precision: str = "ieee") -> str:
     """A candidate module (defining ``ModelNew``) from inductor's output and dynamo's graph inputs;
     ``configs``: per kernel, the launch configuration inductor's autotuning chose
-    (``evaluator.seed_capture.capture``)."""
+    (``evaluator.seed_capture.capture``); ``conv_precision``: the products of the Triton
+    convolution that replaces inductor's calls into cuDNN (``evaluator.fp32_precision.convolution_precision``)."""
     constants, definitions, launchers = [], [], {}
     for index, (name, source) in enumerate(kernels_of(code)):
         consts, kernel, launcher = convert_kernel(index, name, source, (configs or {}).get(name))
@@ -273,7 +274,8 @@ def seed_from_inductor(code: str, graph_inputs: list[str], task_source: str, *, 
         raise NoSeed("torch.compile generated no Triton kernel for this reference")
     if conv_launchers:
         constants += conv_constants
-        definitions += [CONV_LIBRARY, *conv_launchers]
+        definitions += [CONV_LIBRARY.replace('input_precision="ieee"', f'input_precision="{conv_precision}"'),
+                        *conv_launchers]
     try:
         model_source, forward_params = reference_class(task_source, skip_imports=_HEADER_IMPORTS)
     except NotAModel as exc:

@@ -36,3 +36,12 @@ def precision_for(tolerance: float | None) -> None:
         strict_fp32()
     else:
         pytorch_default_precision()
+
+
+def convolution_precision(tolerance: float | None) -> str:
+    """The ``input_precision`` a seed's Triton convolution starts from: what cuDNN computes where
+    the evaluation runs its references and baselines (:func:`precision_for`).  Strict: exact fp32
+    (``ieee``).  Otherwise PyTorch's defaults, convolutions in TF32: in exact fp32 a convolution
+    seed took 2.2-6.4x the time of the torch.compile it came from, and its first TF32 child spent
+    one of the search's children on the move (experiments/kernelbench_search.md, section 15)."""
+    return "ieee" if tolerance is None else "tf32"

@@ -19,7 +19,7 @@ from evaluator.calls import Failure, call, error_text, is_out_of_memory, make_in
 from evaluator.compare import mismatch
 from evaluator.correctness import Verifier
 from evaluator.dispatcher_state import Recorder
-from evaluator.fp32_precision import precision_for
+from evaluator.fp32_precision import convolution_precision, precision_for
 from evaluator.guards import compiled_kernels
 from evaluator.interpreter_state import StateWatch
 from evaluator.invoke import Invoker
@@ -175,8 +175,9 @@ def make_compile_seed(request: dict) -> dict:
             reference, make_inputs(problem, shapes[-1], 0, device), gate_fds=request.get("gate_fds"),
             dynamic=len(shapes) > 1)
         captured = {"inductor_code": code, "graph_inputs": graph_inputs, "configs": configs}
-        source = compile_seed.seed_from_inductor(code, graph_inputs, request["task_source"], configs=configs,
-                                                 origin=f", torch {torch.__version__}")
+        source = compile_seed.seed_from_inductor(
+            code, graph_inputs, request["task_source"], configs=configs, origin=f", torch {torch.__version__}",
+            conv_precision=convolution_precision(request.get("tolerance")))
         return {"ok": True, "source": source, **captured}
     except compile_seed.NoSeed as exc:
         return {"ok": False, "error": str(exc), **captured}

@@ -11,7 +11,7 @@ So the child's dots move, all at once, to one precision:
 
 - ``tf32x3`` from IEEE (``input_precision="ieee"``, the engine's convolution) or from an
   ``allow_tf32=`` flag (inductor's GEMM templates), under any tolerance: the evaluator's checks
-  keep it only where it passes them;
+  keep it only where it passes them; never from TF32, which it could only slow down;
 - ``tf32`` only where the run's tolerance is ``kernelbench`` (1e-2), never under ``strict``.
 
 Dots with no precision argument are left alone: Triton already runs those in TF32 for fp32.
@@ -97,18 +97,22 @@ class DotPrecision(Operator):
         one_of("operators.dot_precision.operator.tolerance", tolerance, get_args(Tolerance))
         self.tolerance = tolerance
 
-    def _targets(self) -> list[str]:
-        return ["tf32x3"] + (["tf32"] if self.tolerance == "kernelbench" else [])
+    def _targets(self, source: str) -> list[str]:
+        # Split precision only from dots more exact than it: a TF32 parent (a seed under the
+        # kernelbench tolerance starts there: evaluator.fp32_precision) would only get slower.
+        current = {_current(m) for m in _dot_arguments(source)}
+        split = ["tf32x3"] if current & {"ieee", "allow_tf32"} else []
+        return split + (["tf32"] if self.tolerance == "kernelbench" else [])
 
     def applies_to(self, parent) -> bool:
-        return any(with_precision(parent.source, p) is not None for p in self._targets())
+        return any(with_precision(parent.source, p) is not None for p in self._targets(parent.source))
 
     def propose(self, context: Context, rng: np.random.Generator) -> Proposal:
         source = context.parent.source
         current = {_current(m) for m in _dot_arguments(source)}
         if not current:
             return Proposal(self.name, None, "the parent has no dot with a precision argument")
-        options = [(p, child) for p in self._targets() if (child := with_precision(source, p)) is not None]
+        options = [(p, child) for p in self._targets(source) if (child := with_precision(source, p)) is not None]
         if not options:
             return Proposal(self.name, None, f"the parent's dots are already {'/'.join(sorted(current))}")
         precision, child = options[int(rng.integers(len(options)))]

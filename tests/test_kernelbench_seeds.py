@@ -14,6 +14,7 @@ from evaluator import Evaluator, EvaluatorSettings, Preparation, Status
 from evaluator.compile_seed import NoSeed, seed_from_inductor
 from evaluator.conv_seed import replace_convolutions
 from evaluator.conv_kernel import _convolution
+from evaluator.fp32_precision import convolution_precision
 from evaluator.reference_source import NotAModel, forward_signature, reference_class
 from evaluator.seed_capture import _avg_pool_by_slices
 from evo.core.kernel_source import find_tunables
@@ -200,6 +201,19 @@ def test_convolution_sites_and_scan_helpers_are_numbered_apart():
     scan = seed("attention_cumsum")  # a cumulative sum's combine function, renamed for its kernel
     helper = re.search(r"def (_k\d+_triton_helper_fn_add0)\(", scan)
     assert helper and f"tl.associative_scan((tmp2,), 1, {helper.group(1)})" in scan
+
+
+def test_a_convolutions_products_start_in_the_precision_cudnn_runs_in_for_the_tolerance():
+    """Strict: exact fp32, as the strict references run; KernelBench's tolerance: TF32, as cuDNN runs
+    convolutions in PyTorch's defaults (evaluator.fp32_precision)."""
+    assert convolution_precision(None) == "ieee" and convolution_precision(1e-2) == "tf32"
+    name = "conv_transpose3d_grouped"
+    code, inputs = (DATA / "inductor" / f"{name}.py.txt").read_text(), GRAPH_INPUTS[name]
+    exact = seed_from_inductor(code, inputs, problem(name))
+    tf32 = seed_from_inductor(code, inputs, problem(name), conv_precision="tf32")
+    assert 'input_precision="ieee"' in exact and 'input_precision="tf32"' not in exact
+    assert 'input_precision="tf32"' in tf32 and 'input_precision="ieee"' not in tf32
+    assert tf32.replace('input_precision="tf32"', 'input_precision="ieee"') == exact  # nothing else differs
 
 
 @pytest.fixture(scope="module")

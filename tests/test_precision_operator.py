@@ -82,6 +82,10 @@ def test_strict_offers_split_precision_only_and_kernelbench_offers_plain_tf32_to
                     source=with_precision(KERNEL, "tf32x3"))
     assert not strict.applies_to(split) and loose.applies_to(split)
     assert strict.propose(_context(split.source), np.random.default_rng(0)).source is None
+    # a TF32 parent (a kernelbench seed's convolution starts there) is never moved back to split precision
+    plain = Program(id=4, task="mm", island=0, generation=0, operator="seed", source=with_precision(KERNEL, "tf32"))
+    assert not loose.applies_to(plain) and not strict.applies_to(plain)
+    assert loose.propose(_context(plain.source), np.random.default_rng(0)).source is None
     elementwise = Program(id=3, task="mm", island=0, generation=0, operator="seed", source="x = 1\n")
     assert not strict.applies_to(elementwise) and not loose.applies_to(elementwise)
     with pytest.raises(ValueError, match="strict or kernelbench"):
