@@ -90,15 +90,17 @@ def test_the_convolution_matches_pytorchs_on_the_direct_and_the_tiled_path(conv,
     (lambda: torch.nn.ConvTranspose2d(32, 8, (3, 2), stride=(2, 1), groups=2, bias=False), (1, 32, 5, 4)),
     (lambda: torch.nn.ConvTranspose3d(16, 4, (2, 3, 5), stride=(3, 1, 2), padding=(0, 1, 2)), (1, 16, 2, 3, 4)),
 ])
-@pytest.mark.parametrize("already_channels_last", [False, True])
-def test_the_channels_last_gather_matches_pytorchs(conv, case, already_channels_last):
+@pytest.mark.parametrize("layout", ["contiguous", "channels-last", "strided"])
+def test_the_channels_last_gather_matches_pytorchs(conv, case, layout):
     convolution, device = conv
     make, shape = case
     torch.manual_seed(0)
     module = make().to(device)
-    x = torch.randn(shape, device=device)
-    if already_channels_last:  # no copy: the kernel reads the caller's tensor through its strides
+    x = torch.randn(shape, device=device)  # contiguous: copied channels-last by the library's Triton kernel
+    if layout == "channels-last":  # no copy: the kernel reads the caller's tensor through its strides
         x = x.movedim(1, -1).contiguous().movedim(-1, 1)
+    elif layout == "strided":  # neither: copied by PyTorch
+        x = torch.randn((*shape[:-1], 2 * shape[-1]), device=device)[..., ::2]
     transposed = isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))
     out = convolution(x, module.weight.detach(), None if module.bias is None else module.bias.detach(), module.stride,
                       module.padding, module.dilation, transposed, module.output_padding if transposed else (0,),
@@ -107,6 +109,16 @@ def test_the_channels_last_gather_matches_pytorchs(conv, case, already_channels_
         expected = module(x)
     assert out.is_contiguous()  # the output keeps PyTorch's default layout whatever the gather
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(2, 40, 3, 70), (1, 33, 130), (3, 16, 2, 3, 5)])
+def test_the_channels_last_copy_keeps_every_value_with_the_channels_innermost(conv, shape):
+    convolution, device = conv
+    x = torch.randn(shape, device=device)  # channels and positions not multiples of the copy's tile
+    y = convolution.__globals__["_channels_last"](x)
+    assert y.shape == x.shape and y.stride(1) == 1 and y.data_ptr() != x.data_ptr()
+    assert torch.equal(y, x)
+    assert convolution.__globals__["_channels_last"](y) is y  # already channels-last: no copy
 
 
 def test_a_strided_transposed_convolution_visits_only_the_taps_its_phases_admit(conv, monkeypatch):
