@@ -315,6 +315,7 @@ def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
                    + ow.to(tl.int64) * sow)
     tl.store(out_ptr + out_offsets, acc.to(out_ptr.dtype.element_ty), mask=m_mask)
 
+
 @triton.jit
 def _channels_last_kernel(x_ptr, y_ptr, C, S, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr):
     # One (channels, positions) tile of a contiguous (N, C, S) input, written to (N, S, C): Triton
