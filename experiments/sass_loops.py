@@ -8,7 +8,13 @@ integer ones, loads).  A proxy, not a timing: it tells where a change removes wo
     python3 experiments/sass_loops.py [--old REV]   # the convolution kernels of evaluator/conv_kernel.py
 
 With ``--old REV`` the same cases are counted for ``evaluator/conv_kernel.py`` at that git revision
-(``git show``), side by side.  Prints one JSON object per case and kernel.
+(``git show``), side by side.  Prints one JSON object per case and kernel, with the registers a
+thread and the stack (spills) ``cuobjdump -res-usage`` reports.
+
+Counts depend on Triton's version: compile with the device's (``pip install --no-deps --target
+/tmp/t36 triton==3.6.0``, then ``PYTHONPATH=/tmp/t36``).  With this machine's Triton 3.9 the taps
+kernel's 128 x 64 TF32 tile used 255 registers and spilled, where Triton 3.6 here and on the H200
+used 226 and spilled nothing (``experiments/kernelbench_search.md``, section 16).
 """
 from __future__ import annotations
 
@@ -38,6 +44,12 @@ def _module(path: Path, name: str):
 def loops(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> list[dict]:
     """Per loop of ``kernel`` (a ``@triton.jit`` function; pointers fp32, other arguments int32,
     ``constants`` its constexprs), its instructions by kind, innermost loops first."""
+    return counts(kernel, constants, num_warps, num_stages)["loops"]
+
+
+def counts(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> dict:
+    """:func:`loops`'s count, with the kernel's registers a thread and its stack in bytes (where
+    ptxas spills registers)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -58,6 +70,8 @@ def loops(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> l
         cubin.write_bytes(compiled.asm["cubin"])
         sass = subprocess.run([str(tools / "cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True,
                               check=True).stdout
+        usage = subprocess.run([str(tools / "cuobjdump"), "-res-usage", str(cubin)], capture_output=True,
+                               text=True, check=True).stdout
     code = [(int(m.group(1), 16), m.group(2)) for m in
             (re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line) for line in sass.splitlines()) if m]
     found = []
@@ -72,7 +86,10 @@ def loops(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> l
                           "integer": sum(v for k, v in kinds.items() if k.startswith(INT_OPS)),
                           "loads": kinds["LDG"] + kinds["LDGSTS"], "shared_loads": kinds["LDS"],
                           "wide_loads": sum(1 for t in body if re.match(r"LDG(STS)?\.\S*(64|128)", t))})
-    return sorted(found, key=lambda loop: loop["instructions"])
+    registers, stack = re.search(r"REG:(\d+)", usage), re.search(r"STACK:(\d+)", usage)  # spills: the stack
+    return {"loops": sorted(found, key=lambda loop: loop["instructions"]),
+            "registers": int(registers.group(1)) if registers else None,
+            "stack_bytes": int(stack.group(1)) if stack else None}
 
 
 DIVISIBLE = ("c_in", "C_group", "O_group")
@@ -91,6 +108,11 @@ CASES = {  # name: (kernel, constexprs beyond the tile); strides are runtime arg
         GEOMETRY, stride_h=2, stride_w=2, pad_h=1, pad_w=1), **dict(STEPS, TAP_STEP_H=2, TAP_STEP_W=2))),
     "regular, stride 1, taps kernel, channels-last": ("_conv_taps_kernel", dict(
         TRANSPOSED=False, **GEOMETRY, **dict(STEPS, CHANNELS_LAST=True))),
+    # the seeds' wide tile (16 channels a step) in TF32, as dot_precision's children run it
+    "regular, stride 1, taps kernel, TF32": ("_conv_taps_kernel", dict(
+        TRANSPOSED=False, **GEOMETRY, **STEPS, IEEE=False, BLOCK_K=16)),
+    "regular, stride 1, taps kernel, channels-last, TF32": ("_conv_taps_kernel", dict(
+        TRANSPOSED=False, **GEOMETRY, **dict(STEPS, CHANNELS_LAST=True), IEEE=False, BLOCK_K=16)),
 }
 
 
@@ -113,7 +135,7 @@ def main() -> None:
                 continue
             declared = {kernel.arg_names[i] for i in kernel.constexprs}  # an older kernel's strides are runtime
             constants = {k: v for k, v in {**TILE, **constants}.items() if k in declared}
-            print(json.dumps({"version": label, "case": case, "kernel": name, "loops": loops(kernel, constants)}),
+            print(json.dumps({"version": label, "case": case, "kernel": name, **counts(kernel, constants)}),
                   flush=True)
 
 
