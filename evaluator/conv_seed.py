@@ -63,7 +63,7 @@ def channels_last_first(weight_shape: tuple[int, ...]) -> bool:
 
 
 def _two_loops(weight_shape: tuple[int, ...] | None, transposed: bool, groups: int) -> bool:
-    """Whether ``_convolution`` may run this convolution either way: 16 or more input channels a
+    """Whether ``_convolution`` may run this convolution either way: 8 or more input channels a
     group and more than one output channel (the taps loop, or the general one).  With the seeds'
     tiles on the 18 convolutions of the KernelBench sample (H200), the taps loop ran 2-16x faster
     transposed with a stride and 1.7-1.9x slower at stride 1 with many channels, before its weight
@@ -71,7 +71,14 @@ def _two_loops(weight_shape: tuple[int, ...] | None, transposed: bool, groups: i
     if weight_shape is None or len(weight_shape) < 3:
         return False
     c_group, o_group = _per_group(weight_shape, transposed, groups)
-    return c_group >= 16 and o_group > 1
+    return c_group >= 8 and o_group > 1
+
+
+def _taps_loop_first(weight_shape: tuple[int, ...], transposed: bool, groups: int) -> bool:
+    """Whether a call site that may run either loop starts from the taps loop: from 16 channels a
+    group, as the records ran; from 8 to 15 the general loop, the records' too, the taps loop the
+    search's to try (``_convolution``'s ``taps_loop``)."""
+    return _per_group(weight_shape, transposed, groups)[0] >= 16
 
 
 def _per_group(weight_shape: tuple[int, ...], transposed: bool, groups: int) -> tuple[int, int]:
@@ -129,7 +136,7 @@ def replace_convolutions(lines: list[str], first_index: int) -> tuple[list[str],
         if _two_loops(*shape):  # which reduction loop is faster depends on the problem: a switch,
             # first of the call's constants, so that a sweep (one step of each in source order) flips it;
             # then whether the taps loop gathers from a channels-last copy of the input
-            names[:0] = [f"K{index}_USE_TAPS_LOOP = 1",
+            names[:0] = [f"K{index}_USE_TAPS_LOOP = {int(_taps_loop_first(*shape))}",
                          f"K{index}_USE_CHANNELS_LAST = {int(channels_last_first(shape[0]))}"]
             choice = (f", taps_loop=K{index}_USE_TAPS_LOOP == 1,\n"
                       f"                        channels_last=K{index}_USE_CHANNELS_LAST == 1")

@@ -111,6 +111,30 @@ def test_the_channels_last_gather_matches_pytorchs(conv, case, layout):
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("case", [
+    # 8 to 15 channels a group: the taps kernel where asked (half of each 16-deep step masked)
+    (lambda: torch.nn.Conv2d(8, 6, 3, padding=1), (2, 8, 5, 6)),
+    (lambda: torch.nn.ConvTranspose3d(12, 4, 3, stride=2, padding=1), (1, 12, 2, 3, 3)),
+    (lambda: torch.nn.Conv2d(20, 6, (2, 3), groups=2), (1, 20, 4, 5)),  # 10 a group
+])
+def test_the_taps_kernel_runs_from_eight_channels_a_group_where_asked(conv, case, channels_last, monkeypatch):
+    convolution, device = conv
+    monkeypatch.setitem(convolution.__globals__, "_conv_kernel", None)  # the general kernel is not called
+    make, shape = case
+    torch.manual_seed(0)
+    module = make().to(device)
+    x = torch.randn(shape, device=device)
+    transposed = isinstance(module, torch.nn.ConvTranspose3d)
+    out = convolution(x, module.weight.detach(), module.bias.detach(), module.stride, module.padding,
+                      module.dilation, transposed, module.output_padding if transposed else (0,), module.groups,
+                      block_m=16, block_n=16, block_k=16, taps_loop=True, channels_last=channels_last)
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # as references run
+        expected = module(x)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("shape", [(2, 40, 3, 70), (1, 33, 130), (3, 16, 2, 3, 5)])
 def test_the_channels_last_copy_keeps_every_value_with_the_channels_innermost(conv, shape):
     convolution, device = conv
@@ -157,24 +181,26 @@ def test_the_weights_shape_is_read_from_inductors_wrapper():
     out, constants, launchers = replace_convolutions(lines, 3)
     assert "K3_BLOCK_M = 128" in constants[0] and "K3_NUM_STAGES = 3" in constants[0]
     assert out[1].lstrip().startswith("buf0 = _launch_3(arg1_1, arg0_1")
-    assert "USE_TAPS_LOOP" not in constants[0] + launchers[0]  # 8 channels: the general loop only
+    assert "K3_USE_TAPS_LOOP = 0" in constants[0]  # 8 channels: the general loop first, the taps loop the search's
 
 
-@pytest.mark.parametrize("weight, transposed, groups, switch", [
-    ((64, 32, 3, 3), False, 1, True),  # 32 input channels, 64 outputs: either loop
-    ((32, 64, 3, 3), True, 1, True),  # transposed: (in, out, ...)
-    ((64, 16, 3, 3), False, 2, True),  # 16 a group
-    ((64, 8, 3, 3), False, 1, False),  # 8 channels: the general loop only
-    ((64, 1, 3, 3), False, 64, False),  # depthwise: the direct kernel
-    ((16, 1, 5), True, 16, False),  # transposed depthwise
+@pytest.mark.parametrize("weight, transposed, groups, taps_first", [
+    ((64, 32, 3, 3), False, 1, 1),  # 32 input channels, 64 outputs: either loop, the taps loop first
+    ((32, 64, 3, 3), True, 1, 1),  # transposed: (in, out, ...)
+    ((64, 16, 3, 3), False, 2, 1),  # 16 a group
+    ((64, 8, 3, 3), False, 1, 0),  # 8 channels: either loop, the general one first
+    ((64, 4, 3, 3), False, 1, None),  # 4 channels: the general loop only
+    ((64, 1, 3, 3), False, 64, None),  # depthwise: the direct kernel
+    ((16, 1, 5), True, 16, None),  # transposed depthwise
 ])
-def test_a_call_site_that_can_run_either_loop_gets_a_switch(weight, transposed, groups, switch):
+def test_a_call_site_that_can_run_either_loop_gets_a_switch(weight, transposed, groups, taps_first):
     shape = ", ".join(map(str, weight))
     lines = [f"assert_size_stride(arg0_1, ({shape}), (1, 1, 1, 1))",
              "buf0 = extern_kernels.convolution(arg1_1, arg0_1, stride=(2, 2), padding=(1, 1), dilation=(1, 1), "
              f"transposed={transposed}, output_padding=(0, 0), groups={groups}, bias=None)"]
     _, constants, launchers = replace_convolutions(lines, 0)
-    assert ("K0_USE_TAPS_LOOP = 1" in constants[0]) is switch  # the taps loop first: the records' kernel
+    switch = taps_first is not None
+    assert (f"K0_USE_TAPS_LOOP = {taps_first}" in constants[0]) is switch
     assert ("taps_loop=K0_USE_TAPS_LOOP == 1" in launchers[0]) is switch
     # and, from two spatial dimensions, its gather from a channels-last copy first (section 16),
     # behind a switch of its own
