@@ -355,8 +355,8 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
                  channels_last=False):
     """``aten.convolution`` in Triton; the output gets ``out_size``/``out_stride`` where the
     compiled graph expects a particular layout, else it is contiguous.  ``taps_loop``: the taps
-    kernel where a group has 8 channels or more (True), the general one (False), or the taps kernel
-    from 16 (None); ``channels_last``: the taps kernel gathers from a channels-last copy of the input."""
+    kernel (True), the general one (False), or the taps kernel from 16 channels a group (None);
+    ``channels_last``: the taps kernel gathers from a channels-last copy of the input."""
     dims = x.dim() - 2
     kernel = list(weight.shape[2:])
     stride, padding, dilation, output_padding = (
@@ -399,10 +399,9 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     # 16 channels a group or more: taps outermost, a tap's channels innermost (and, transposed, only
     # the taps each output's phase admits: see the kernel).  Fewer leave most of a product's depth
     # empty: the general kernel then runs the taps and channels as one reduction, unless the caller
-    # asks for the taps kernel from 8 (half of each 16-deep step empty, against a third of the
-    # general loop's iterations: on sm_90 with Triton 3.6, 2.4x fewer instructions for 8 channels
-    # and 3 x 3 taps in TF32 channels-last, kernelbench_search.md section 16; not timed).
-    if (c_group >= 16 and taps_loop is not False) or (c_group >= 8 and taps_loop):
+    # asks for the taps kernel (by Triton 3.6's SASS for sm_90 in TF32 channels-last, still 2.4-3.6x
+    # fewer instructions with 8 or 3 channels: kernelbench_search.md section 16; not timed).
+    if (c_group >= 16 and taps_loop is not False) or taps_loop:
         strides = _spatial3(stride, 1) if transposed else [1, 1, 1]  # rows a phase, per dimension
         quotients = [-(-n // s) for n, s in zip(_spatial3(spatial, 1), strides)]
         m_phase = batch * _count(quotients)

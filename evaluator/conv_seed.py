@@ -63,20 +63,20 @@ def channels_last_first(weight_shape: tuple[int, ...]) -> bool:
 
 
 def _two_loops(weight_shape: tuple[int, ...] | None, transposed: bool, groups: int) -> bool:
-    """Whether ``_convolution`` may run this convolution either way: 8 or more input channels a
-    group and more than one output channel (the taps loop, or the general one).  With the seeds'
+    """Whether ``_convolution`` may run this convolution either way: more than one output channel a
+    group (the taps loop, or the general one).  With the seeds'
     tiles on the 18 convolutions of the KernelBench sample (H200), the taps loop ran 2-16x faster
     transposed with a stride and 1.7-1.9x slower at stride 1 with many channels, before its weight
     was packed (``experiments/kernelbench_search.md``, sections 9 and 11): the search chooses."""
     if weight_shape is None or len(weight_shape) < 3:
         return False
     c_group, o_group = _per_group(weight_shape, transposed, groups)
-    return c_group >= 8 and o_group > 1
+    return o_group > 1
 
 
 def _taps_loop_first(weight_shape: tuple[int, ...], transposed: bool, groups: int) -> bool:
     """Whether a call site that may run either loop starts from the taps loop: from 16 channels a
-    group, as the records ran; from 8 to 15 the general loop, the records' too, the taps loop the
+    group, as the records ran; below, the general loop, the records' too, the taps loop the
     search's to try (``_convolution``'s ``taps_loop``)."""
     return _per_group(weight_shape, transposed, groups)[0] >= 16
 

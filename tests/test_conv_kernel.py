@@ -114,19 +114,21 @@ def test_the_channels_last_gather_matches_pytorchs(conv, case, layout):
 @pytest.mark.slow
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("case", [
-    # 8 to 15 channels a group: the taps kernel where asked (half of each 16-deep step masked)
+    # fewer than 16 channels a group: the taps kernel where asked (most of each 16-deep step masked)
     (lambda: torch.nn.Conv2d(8, 6, 3, padding=1), (2, 8, 5, 6)),
     (lambda: torch.nn.ConvTranspose3d(12, 4, 3, stride=2, padding=1), (1, 12, 2, 3, 3)),
     (lambda: torch.nn.Conv2d(20, 6, (2, 3), groups=2), (1, 20, 4, 5)),  # 10 a group
+    (lambda: torch.nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, output_padding=1), (1, 3, 2, 3, 2)),
+    (lambda: torch.nn.Conv1d(3, 5, 3, dilation=2), (2, 3, 9)),
 ])
-def test_the_taps_kernel_runs_from_eight_channels_a_group_where_asked(conv, case, channels_last, monkeypatch):
+def test_the_taps_kernel_runs_with_few_channels_a_group_where_asked(conv, case, channels_last, monkeypatch):
     convolution, device = conv
     monkeypatch.setitem(convolution.__globals__, "_conv_kernel", None)  # the general kernel is not called
     make, shape = case
     torch.manual_seed(0)
     module = make().to(device)
     x = torch.randn(shape, device=device)
-    transposed = isinstance(module, torch.nn.ConvTranspose3d)
+    transposed = isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))
     out = convolution(x, module.weight.detach(), module.bias.detach(), module.stride, module.padding,
                       module.dilation, transposed, module.output_padding if transposed else (0,), module.groups,
                       block_m=16, block_n=16, block_k=16, taps_loop=True, channels_last=channels_last)
@@ -189,7 +191,7 @@ def test_the_weights_shape_is_read_from_inductors_wrapper():
     ((32, 64, 3, 3), True, 1, 1),  # transposed: (in, out, ...)
     ((64, 16, 3, 3), False, 2, 1),  # 16 a group
     ((64, 8, 3, 3), False, 1, 0),  # 8 channels: either loop, the general one first
-    ((64, 4, 3, 3), False, 1, None),  # 4 channels: the general loop only
+    ((3, 16, 3, 3, 3), True, 1, 0),  # 3 channels, transposed
     ((64, 1, 3, 3), False, 64, None),  # depthwise: the direct kernel
     ((16, 1, 5), True, 16, None),  # transposed depthwise
 ])
