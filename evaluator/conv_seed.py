@@ -64,14 +64,13 @@ def channels_last_first(weight_shape: tuple[int, ...]) -> bool:
 
 def _two_loops(weight_shape: tuple[int, ...] | None, transposed: bool, groups: int) -> bool:
     """Whether ``_convolution`` may run this convolution either way: more than one output channel a
-    group (the taps loop, or the general one).  With the seeds'
-    tiles on the 18 convolutions of the KernelBench sample (H200), the taps loop ran 2-16x faster
-    transposed with a stride and 1.7-1.9x slower at stride 1 with many channels, before its weight
-    was packed (``experiments/kernelbench_search.md``, sections 9 and 11): the search chooses."""
+    group (the taps loop, or the general one).  With the seeds' tiles on the 18 convolutions of the
+    KernelBench sample (H200), the taps loop ran 2-16x faster transposed with a stride and 1.7-1.9x
+    slower at stride 1 with many channels, before its weight was packed
+    (``experiments/kernelbench_search.md``, sections 9 and 11): the search chooses."""
     if weight_shape is None or len(weight_shape) < 3:
         return False
-    c_group, o_group = _per_group(weight_shape, transposed, groups)
-    return o_group > 1
+    return _per_group(weight_shape, transposed, groups)[1] > 1
 
 
 def _taps_loop_first(weight_shape: tuple[int, ...], transposed: bool, groups: int) -> bool:
@@ -136,10 +135,16 @@ def replace_convolutions(lines: list[str], first_index: int) -> tuple[list[str],
         if _two_loops(*shape):  # which reduction loop is faster depends on the problem: a switch,
             # first of the call's constants, so that a sweep (one step of each in source order) flips it;
             # then whether the taps loop gathers from a channels-last copy of the input
-            names[:0] = [f"K{index}_USE_TAPS_LOOP = {int(_taps_loop_first(*shape))}",
-                         f"K{index}_USE_CHANNELS_LAST = {int(channels_last_first(shape[0]))}"]
+            # (below 16 channels, where the general loop comes first, the taps loop is tried in the
+            # gather its dimensions start from: a switch of its own would flip nothing while unused)
+            gather = channels_last_first(shape[0])
+            if _taps_loop_first(*shape):
+                names[:0] = [f"K{index}_USE_TAPS_LOOP = 1", f"K{index}_USE_CHANNELS_LAST = {int(gather)}"]
+                gather = f"K{index}_USE_CHANNELS_LAST == 1"
+            else:
+                names.insert(0, f"K{index}_USE_TAPS_LOOP = 0")
             choice = (f", taps_loop=K{index}_USE_TAPS_LOOP == 1,\n"
-                      f"                        channels_last=K{index}_USE_CHANNELS_LAST == 1")
+                      f"                        channels_last={gather}")
         constants.append("\n".join(names))
         launchers.append(f"def _launch_{index}(*args, **kwargs):\n"
                          f"    return _convolution(*args, **kwargs, block_m=K{index}_BLOCK_M, block_n=K{index}_BLOCK_N,"

@@ -205,9 +205,10 @@ def test_a_call_site_that_can_run_either_loop_gets_a_switch(weight, transposed, 
     assert (f"K0_USE_TAPS_LOOP = {taps_first}" in constants[0]) is switch
     assert ("taps_loop=K0_USE_TAPS_LOOP == 1" in launchers[0]) is switch
     # and, from two spatial dimensions, its gather from a channels-last copy first (section 16),
-    # behind a switch of its own
-    assert ("K0_USE_CHANNELS_LAST = 1" in constants[0]) is switch
-    assert ("channels_last=K0_USE_CHANNELS_LAST == 1" in launchers[0]) is switch
+    # behind a switch of its own where the taps loop comes first; else fixed (it would flip nothing)
+    assert ("K0_USE_CHANNELS_LAST = 1" in constants[0]) is (taps_first == 1)
+    assert ("channels_last=K0_USE_CHANNELS_LAST == 1" in launchers[0]) is (taps_first == 1)
+    assert ("channels_last=True" in launchers[0]) is (taps_first == 0)
 
 
 def test_a_one_dimensional_convolution_starts_from_the_nchw_gather():
