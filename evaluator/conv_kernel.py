@@ -343,6 +343,11 @@ def _channels_last(x):
     return y.movedim(-1, 1)
 
 
+def _layout(t):
+    """A tensor's strides as the kernels take them: batch (or first), channel, depth, height, width."""
+    return (t.stride(0), t.stride(1), *_spatial3(t.stride()[2:], 0))
+
+
 def _spatial3(values, fill):
     """A per-spatial-dimension list (1 to 3 entries) as depth, height, width."""
     values = list(values)
@@ -382,9 +387,7 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     if out.numel() == 0:
         return out
     # what the kernels take: the layouts, the convolution's parameters, its taps
-    x_layout = (x.stride(0), x.stride(1), *_spatial3(x.stride()[2:], 0))
-    w_layout = (weight.stride(0), weight.stride(1), *_spatial3(weight.stride()[2:], 0))
-    out_layout = (out.stride(0), out.stride(1), *_spatial3(out.stride()[2:], 0))
+    x_layout, w_layout, out_layout = _layout(x), _layout(weight), _layout(out)
     geometry = (*_spatial3(stride, 1), *_spatial3(padding, 0), *_spatial3(dilation, 1))
     layouts = (*x_layout, *w_layout, *out_layout, *geometry)
     kd, kh, kw = _spatial3(kernel, 1)
@@ -420,7 +423,7 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
         packed = packed.contiguous()
         if channels_last:
             x = _channels_last(x)
-            x_layout = (x.stride(0), x.stride(1), *_spatial3(x.stride()[2:], 0))
+            x_layout = _layout(x)
         _conv_taps_kernel[grid](x, packed, b_arg, out, *sizes[:6], *quotients, m_phase, c_group, o_group,
                                 *x_layout, *out_layout, *geometry, IEEE=x.dtype == torch.float32,
                                 CHANNELS_LAST=channels_last,
