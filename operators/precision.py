@@ -97,22 +97,23 @@ class DotPrecision(Operator):
         one_of("operators.dot_precision.operator.tolerance", tolerance, get_args(Tolerance))
         self.tolerance = tolerance
 
-    def _targets(self, source: str) -> list[str]:
-        # Split precision only from dots more exact than it: a TF32 parent (a seed under the
-        # kernelbench tolerance starts there: evaluator.fp32_precision) would only get slower.
-        current = {_current(m) for m in _dot_arguments(source)}
+    def _targets(self, current: set[str]) -> list[str]:
+        """The precisions a parent whose dots are in ``current`` may move to.  Split precision only
+        from dots more exact than it: a TF32 parent (a seed under the kernelbench tolerance starts
+        there: evaluator.fp32_precision) would only get slower."""
         split = ["tf32x3"] if current & {"ieee", "allow_tf32"} else []
         return split + (["tf32"] if self.tolerance == "kernelbench" else [])
 
     def applies_to(self, parent) -> bool:
-        return any(with_precision(parent.source, p) is not None for p in self._targets(parent.source))
+        current = {_current(m) for m in _dot_arguments(parent.source)}
+        return any(with_precision(parent.source, p) is not None for p in self._targets(current))
 
     def propose(self, context: Context, rng: np.random.Generator) -> Proposal:
         source = context.parent.source
         current = {_current(m) for m in _dot_arguments(source)}
         if not current:
             return Proposal(self.name, None, "the parent has no dot with a precision argument")
-        options = [(p, child) for p in self._targets(source) if (child := with_precision(source, p)) is not None]
+        options = [(p, child) for p in self._targets(current) if (child := with_precision(source, p)) is not None]
         if not options:
             return Proposal(self.name, None, f"the parent's dots are already {'/'.join(sorted(current))}")
         precision, child = options[int(rng.integers(len(options)))]
