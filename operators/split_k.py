@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evo.core.kernel_facts import is_kernel
 from evo.core.kernel_source import find_tunables, parse
 from operators.base import Context, Operator, Proposal
 
@@ -64,10 +65,6 @@ def _names(nodes, context) -> set[str]:
     return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, context)}
 
 
-def _is_jit(fn: ast.FunctionDef) -> bool:
-    return any(ast.unparse(d) in ("triton.jit", "jit") for d in fn.decorator_list)
-
-
 def _template(tree: ast.Module, fn: ast.FunctionDef) -> _Template | None:
     """``fn`` as a GEMM template this operator can split, with its launch; None if it is not one."""
     text = ast.unparse(fn)
@@ -83,7 +80,7 @@ def _template(tree: ast.Module, fn: ast.FunctionDef) -> _Template | None:
     if (_names(suffix, ast.Load) & _names([loop], ast.Store)) - _names(suffix, ast.Store) - {"acc"}:
         return None
     for launcher in tree.body:
-        if not isinstance(launcher, ast.FunctionDef) or _is_jit(launcher):
+        if not isinstance(launcher, ast.FunctionDef) or is_kernel(launcher):
             continue
         for stmt in launcher.body:
             call = stmt.value if isinstance(stmt, ast.Expr) else None
@@ -127,7 +124,7 @@ class SplitK(Operator):
             return []
         constants, found = {t.name: t.value for t in find_tunables(source, tree)}, []
         for fn in tree.body:
-            if isinstance(fn, ast.FunctionDef) and _is_jit(fn) and (template := _template(tree, fn)):
+            if isinstance(fn, ast.FunctionDef) and is_kernel(fn) and (template := _template(tree, fn)):
                 m, n, k = (template.extents[d] for d in "MNK")
                 block_m, block_n = (constants.get(template.prefix + f"BLOCK_{d}") for d in "MN")
                 block_k = _value(template.block_k, constants)

@@ -39,7 +39,9 @@ def _attr_name(node: ast.expr) -> str:
     return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
 
 
-def _is_kernel(fn: ast.FunctionDef) -> bool:
+def is_kernel(fn: ast.FunctionDef) -> bool:
+    """Whether ``fn`` is a Triton kernel: decorated ``jit`` (``triton.jit``, with or without
+    arguments), ``autotune`` or ``heuristics``."""
     return any(_attr_name(d.func if isinstance(d, ast.Call) else d) in ("jit", "autotune", "heuristics")
                for d in fn.decorator_list)
 
@@ -51,7 +53,7 @@ def kernel_facts(source: str, tree: ast.Module | None = None) -> KernelFacts:
             tree = parse(source)
         except SyntaxError:
             return KernelFacts(parses=False)
-    kernels = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_kernel(n)]
+    kernels = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and is_kernel(n)]
     facts = dict(kernels=len(kernels), max_loops=0, uses_dot=False, block_pointers=False, hints=False,
                  tiles_2d=False, program_axes=0, persistent=False, atomics=False)
     for kernel in kernels:
