@@ -9,6 +9,8 @@ import torch
 
 from evaluator.conv_seed import _convolution_shape, replace_convolutions, seed_tile
 
+TRANSPOSED = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
+
 
 @pytest.fixture(scope="module")
 def conv():
@@ -64,7 +66,7 @@ def test_the_convolution_matches_pytorchs_on_the_direct_and_the_tiled_path(conv,
     torch.manual_seed(0)
     module = make().to(device)
     x = torch.randn(shape, device=device)
-    transposed = isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))
+    transposed = isinstance(module, TRANSPOSED)
     out = convolution(x, module.weight.detach(), None if module.bias is None else module.bias.detach(), module.stride,
                module.padding, module.dilation, transposed, module.output_padding if transposed else (0,),
                module.groups, block_m=16, block_n=16, block_k=16)
@@ -101,7 +103,7 @@ def test_the_channels_last_gather_matches_pytorchs(conv, case, layout):
         x = x.movedim(1, -1).contiguous().movedim(-1, 1)
     elif layout == "strided":  # neither: copied by PyTorch
         x = torch.randn((*shape[:-1], 2 * shape[-1]), device=device)[..., ::2]
-    transposed = isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))
+    transposed = isinstance(module, TRANSPOSED)
     out = convolution(x, module.weight.detach(), None if module.bias is None else module.bias.detach(), module.stride,
                       module.padding, module.dilation, transposed, module.output_padding if transposed else (0,),
                       module.groups, block_m=16, block_n=16, block_k=16, channels_last=True)
@@ -128,7 +130,7 @@ def test_the_taps_kernel_runs_with_few_channels_a_group_where_asked(conv, case, 
     torch.manual_seed(0)
     module = make().to(device)
     x = torch.randn(shape, device=device)
-    transposed = isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))
+    transposed = isinstance(module, TRANSPOSED)
     out = convolution(x, module.weight.detach(), module.bias.detach(), module.stride, module.padding,
                       module.dilation, transposed, module.output_padding if transposed else (0,), module.groups,
                       block_m=16, block_n=16, block_k=16, taps_loop=True, channels_last=channels_last)
