@@ -215,16 +215,17 @@ _NOT_TRITON = re.compile(r"\b(extern_kernels\.\w+|aten\.[\w.]+|torch\.ops\.[\w.]
                          r"|cpp_fused\w*)")
 
 
-def _wrapper_body(code: str, launchers: dict[str, str]) -> tuple[str, list[str], list[str]]:
+def _wrapper_body(code: str, launchers: dict[str, str], conv_precision: str = "ieee") -> tuple[str, list[str], list[str]]:
     """The body of inductor's ``call(args)``, made to run outside inductor, and the tunable
-    constants and launchers of the convolutions it now launches in Triton."""
+    constants and launchers of the convolutions it now launches in Triton (products in
+    ``conv_precision``)."""
     tree = ast.parse(code)
     call = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"), None)
     if call is None:
         raise NoSeed("inductor's output has no call(args) wrapper")
     lines = code.splitlines()[call.body[0].lineno - 1:call.end_lineno]
     text = textwrap.dedent("\n".join(line for line in lines if not line.strip().startswith("#")))
-    lines, constants, conv_launchers = replace_convolutions(text.splitlines(), len(launchers))
+    lines, constants, conv_launchers = replace_convolutions(text.splitlines(), len(launchers), conv_precision)
     for line in lines:
         found = None if _DROP.match(line) else _NOT_TRITON.search(line)  # asserts name the op they check
         if found:
@@ -269,7 +270,7 @@ def seed_from_inductor(code: str, graph_inputs: list[str], task_source: str, *, 
         constants.append(consts)
         definitions.append(kernel + "\n\n" + launcher)
         launchers[name] = f"_launch_{index}"
-    body, conv_constants, conv_launchers = _wrapper_body(code, launchers)
+    body, conv_constants, conv_launchers = _wrapper_body(code, launchers, conv_precision)
     if not definitions and not conv_launchers:
         raise NoSeed("torch.compile generated no Triton kernel for this reference")
     if conv_launchers:

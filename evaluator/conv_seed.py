@@ -53,13 +53,16 @@ def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: in
     return (64, 16 if per_group <= 16 else 32, 32, 4, 2)
 
 
-def channels_last_first(weight_shape: tuple[int, ...]) -> bool:
-    """Where a call site may run the taps loop, whether it starts from the channels-last gather
-    (else the NCHW one); either way the switch is the search's to flip.  With the seed's tile in
-    TF32 on an H200 (``experiments/kernelbench_search.md``, section 16) channels-last ran 2.3-3.3x
-    faster on the 2-D l1_57, l1_62, l1_65 and l1_69, 1.45x on l2_10 and 1.18x on l2_36, but 0.95x on
-    the 1-D l1_79, whose NCHW rows already run along its one spatial dimension: from two dimensions."""
-    return len(weight_shape) - 2 >= 2
+def channels_last_first(weight_shape: tuple[int, ...], transposed: bool, groups: int, precision: str) -> bool:
+    """Whether the taps loop starts from the channels-last gather (else the NCHW one); where the
+    call site has the switch, the search may flip it.  With the seed's tile on the 18 convolutions
+    of the KernelBench sample (H200, ``experiments/kernelbench_search.md``, section 17): in TF32
+    channels-last ran 1.3-3.5x faster from 16 channels a group, 1-D convolutions included (l1_74
+    2.9 to 1.05 ms), and never more than 1% slower; with fp32 products exact it ran 1.02-2.4x
+    slower there (l2_10 14.7 to 35.7 ms).  Below 16 channels, where only a strided transposed
+    convolution starts from the taps loop, it ran 1.4-1.9x faster than the general loop in either
+    precision (l2_72, l2_96)."""
+    return precision == "tf32" or _per_group(weight_shape, transposed, groups)[0] < 16
 
 
 def _two_loops(weight_shape: tuple[int, ...] | None, transposed: bool, groups: int) -> bool:
@@ -73,11 +76,13 @@ def _two_loops(weight_shape: tuple[int, ...] | None, transposed: bool, groups: i
     return _per_group(weight_shape, transposed, groups)[1] > 1
 
 
-def _taps_loop_first(weight_shape: tuple[int, ...], transposed: bool, groups: int) -> bool:
+def _taps_loop_first(weight_shape: tuple[int, ...], transposed: bool, groups: int, strided: bool) -> bool:
     """Whether a call site that may run either loop starts from the taps loop: from 16 channels a
-    group, as the records ran; below, the general loop, the records' too, the taps loop the
-    search's to try (``_convolution``'s ``taps_loop``)."""
-    return _per_group(weight_shape, transposed, groups)[0] >= 16
+    group, as the records ran; below, only transposed with a stride, whose phases the taps loop
+    skips.  With the seed's tile (H200, section 17), below 16 channels the taps loop ran 1.4-1.9x
+    faster than the general one on l2_72 and l2_96 (3 channels, transposed 3-D, stride 2) and
+    1.7-3.9x slower at stride 1 with 8 (l2_67, l2_82, l2_87, l2_7): the switch is the search's."""
+    return _per_group(weight_shape, transposed, groups)[0] >= 16 or (transposed and strided)
 
 
 def _per_group(weight_shape: tuple[int, ...], transposed: bool, groups: int) -> tuple[int, int]:
@@ -115,10 +120,23 @@ def _convolution_shape(args: str, lines: list[str]) -> tuple[tuple[int, ...] | N
     return None, transposed, groups
 
 
-def replace_convolutions(lines: list[str], first_index: int) -> tuple[list[str], list[str], list[str]]:
+def _strided(args: str) -> bool:
+    """Whether a call's literal ``stride`` exceeds 1 along some dimension."""
+    try:
+        call = ast.parse(f"f({args})").body[0].value
+        stride = next((k.value for k in call.keywords if k.arg == "stride"), None)
+        values = ast.literal_eval(stride) if stride is not None else ()
+    except (SyntaxError, ValueError):
+        return False
+    return any(int(v) > 1 for v in (values if isinstance(values, (list, tuple)) else (values,)))
+
+
+def replace_convolutions(lines: list[str], first_index: int, precision: str = "ieee"
+                         ) -> tuple[list[str], list[str], list[str]]:
     """Inductor's calls into cuDNN (``bufN = extern_kernels.convolution(x, w, stride=..., ...)``)
-    replaced by launches of the Triton convolution (``evaluator.conv_kernel``): the wrapper's
-    lines, and per call site its tunable constants and launcher (numbered from ``first_index``)."""
+    replaced by launches of the Triton convolution (``evaluator.conv_kernel``), its products in
+    ``precision``: the wrapper's lines, and per call site its tunable constants and launcher
+    (numbered from ``first_index``)."""
     out, constants, launchers = [], [], []
     for number, line in enumerate(lines):
         match = _CONVOLUTION.match(line)
@@ -135,10 +153,10 @@ def replace_convolutions(lines: list[str], first_index: int) -> tuple[list[str],
         if _two_loops(*shape):  # which reduction loop is faster depends on the problem: a switch,
             # first of the call's constants, so that a sweep (one step of each in source order) flips it;
             # then whether the taps loop gathers from a channels-last copy of the input
-            # (below 16 channels, where the general loop comes first, the taps loop is tried in the
-            # gather its dimensions start from: a switch of its own would flip nothing while unused)
-            gather = channels_last_first(shape[0])
-            if _taps_loop_first(*shape):
+            # (where the general loop comes first, the taps loop is tried in the gather
+            # channels_last_first gives: a switch of its own would flip nothing while unused)
+            gather = channels_last_first(*shape, precision)
+            if _taps_loop_first(*shape, _strided(args)):
                 names[:0] = [f"K{index}_USE_TAPS_LOOP = 1", f"K{index}_USE_CHANNELS_LAST = {int(gather)}"]
                 gather = f"K{index}_USE_CHANNELS_LAST == 1"
             else:

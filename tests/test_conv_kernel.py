@@ -188,37 +188,42 @@ def test_the_weights_shape_is_read_from_inductors_wrapper():
     assert "K3_USE_TAPS_LOOP = 0" in constants[0]  # 8 channels: the general loop first, the taps loop the search's
 
 
-@pytest.mark.parametrize("weight, transposed, groups, taps_first", [
-    ((64, 32, 3, 3), False, 1, 1),  # 32 input channels, 64 outputs: either loop, the taps loop first
-    ((32, 64, 3, 3), True, 1, 1),  # transposed: (in, out, ...)
-    ((64, 16, 3, 3), False, 2, 1),  # 16 a group
-    ((64, 8, 3, 3), False, 1, 0),  # 8 channels: either loop, the general one first
-    ((3, 16, 3, 3, 3), True, 1, 0),  # 3 channels, transposed
-    ((64, 1, 3, 3), False, 64, None),  # depthwise: the direct kernel
-    ((16, 1, 5), True, 16, None),  # transposed depthwise
+@pytest.mark.parametrize("weight, transposed, groups, stride, taps_first", [
+    ((64, 32, 3, 3), False, 1, 2, 1),  # 32 input channels, 64 outputs: either loop, the taps loop first
+    ((32, 64, 3, 3), True, 1, 2, 1),  # transposed: (in, out, ...)
+    ((64, 16, 3, 3), False, 2, 1, 1),  # 16 a group
+    ((64, 8, 3, 3), False, 1, 2, 0),  # 8 channels: either loop, the general one first
+    ((3, 16, 3, 3, 3), True, 1, 2, 1),  # 3 channels, transposed with a stride: the taps loop skips phases
+    ((3, 16, 3, 3, 3), True, 1, 1, 0),  # ... at stride 1 it has none to skip
+    ((64, 1, 3, 3), False, 64, 1, None),  # depthwise: the direct kernel
+    ((16, 1, 5), True, 16, 2, None),  # transposed depthwise
 ])
-def test_a_call_site_that_can_run_either_loop_gets_a_switch(weight, transposed, groups, taps_first):
+@pytest.mark.parametrize("precision", ["ieee", "tf32"])
+def test_a_call_site_that_can_run_either_loop_gets_a_switch(weight, transposed, groups, stride, taps_first, precision):
     shape = ", ".join(map(str, weight))
+    dims = len(weight) - 2
     lines = [f"assert_size_stride(arg0_1, ({shape}), (1, 1, 1, 1))",
-             "buf0 = extern_kernels.convolution(arg1_1, arg0_1, stride=(2, 2), padding=(1, 1), dilation=(1, 1), "
-             f"transposed={transposed}, output_padding=(0, 0), groups={groups}, bias=None)"]
-    _, constants, launchers = replace_convolutions(lines, 0)
+             f"buf0 = extern_kernels.convolution(arg1_1, arg0_1, stride={(stride,) * dims}, padding={(1,) * dims}, "
+             f"dilation={(1,) * dims}, transposed={transposed}, output_padding={(0,) * dims}, groups={groups}, bias=None)"]
+    _, constants, launchers = replace_convolutions(lines, 0, precision)
     switch = taps_first is not None
     assert (f"K0_USE_TAPS_LOOP = {taps_first}" in constants[0]) is switch
     assert ("taps_loop=K0_USE_TAPS_LOOP == 1" in launchers[0]) is switch
-    # and, from two spatial dimensions, its gather from a channels-last copy first (section 16),
+    # the gather from a channels-last copy first in TF32, or below 16 channels a group (section 17),
     # behind a switch of its own where the taps loop comes first; else fixed (it would flip nothing)
-    assert ("K0_USE_CHANNELS_LAST = 1" in constants[0]) is (taps_first == 1)
+    gather = int(precision == "tf32" or (weight[0] if transposed else weight[1]) < 16)
+    assert (f"K0_USE_CHANNELS_LAST = {gather}" in constants[0]) is (taps_first == 1)
     assert ("channels_last=K0_USE_CHANNELS_LAST == 1" in launchers[0]) is (taps_first == 1)
-    assert ("channels_last=True" in launchers[0]) is (taps_first == 0)
+    assert (f"channels_last={bool(gather)}" in launchers[0]) is (taps_first == 0)
 
 
-def test_a_one_dimensional_convolution_starts_from_the_nchw_gather():
+@pytest.mark.parametrize("precision, gather", [("ieee", 0), ("tf32x3", 0), ("tf32", 1)])
+def test_a_one_dimensional_convolution_gathers_channels_last_only_in_tf32(precision, gather):
     lines = ["assert_size_stride(arg0_1, (32, 64, 5), (320, 5, 1))",
              "buf0 = extern_kernels.convolution(arg1_1, arg0_1, stride=(2,), padding=(1,), dilation=(1,), "
              "transposed=True, output_padding=(0,), groups=1, bias=None)"]
-    _, constants, launchers = replace_convolutions(lines, 0)
-    assert "K0_USE_TAPS_LOOP = 1" in constants[0] and "K0_USE_CHANNELS_LAST = 0" in constants[0]
+    _, constants, launchers = replace_convolutions(lines, 0, precision)
+    assert "K0_USE_TAPS_LOOP = 1" in constants[0] and f"K0_USE_CHANNELS_LAST = {gather}" in constants[0]
     assert "channels_last=K0_USE_CHANNELS_LAST == 1" in launchers[0]
 
 
