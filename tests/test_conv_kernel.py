@@ -8,27 +8,35 @@ import pytest
 import torch
 
 from evaluator.conv_seed import _convolution_shape, replace_convolutions, seed_tile
+from evo.core.kernel_source import find_tunables, with_values
 
 TRANSPOSED = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 
 
-@pytest.fixture(scope="module")
-def conv():
-    """``_convolution`` and the device it runs on: compiled for the GPU where there is one (the
+LIBRARY = Path(__file__).parents[1] / "evaluator" / "conv_kernel.py"
+
+
+def _load(path: Path, name: str):
+    """A version of ``conv_kernel.py`` as a module: compiled for the GPU where there is one (the
     suite's interpreter setting lifted while its kernels are made), else in Triton's interpreter."""
-    path = Path(__file__).parents[1] / "evaluator" / "conv_kernel.py"
     on_gpu = torch.cuda.is_available()
     if not (on_gpu or os.environ.get("TRITON_INTERPRET") == "1"):
         pytest.skip("needs Triton's interpreter (TRITON_INTERPRET=1) or a GPU")
     saved = os.environ.pop("TRITON_INTERPRET", None) if on_gpu else None
     try:
-        spec = importlib.util.spec_from_file_location("conv_kernel_under_test", path)
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
         if saved is not None:
             os.environ["TRITON_INTERPRET"] = saved
-    return module._convolution, "cuda" if on_gpu else "cpu"
+    return module
+
+
+@pytest.fixture(scope="module")
+def conv():
+    """``_convolution`` and the device it runs on."""
+    return _load(LIBRARY, "conv_kernel_under_test")._convolution, "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.mark.slow
@@ -147,6 +155,20 @@ def test_the_channels_last_copy_keeps_every_value_with_the_channels_innermost(co
     assert y.shape == x.shape and y.stride(1) == 1 and y.data_ptr() != x.data_ptr()
     assert torch.equal(y, x)
     assert convolution.__globals__["_channels_last"](y) is y  # already channels-last: no copy
+
+
+@pytest.mark.parametrize("block_c, block_s", [(16, 64), (32, 32), (64, 128), (8, 16)])
+def test_the_channels_last_copy_stays_whole_at_any_tile_the_search_gives_it(tmp_path, block_c, block_s):
+    # the copy's BLOCK_C and BLOCK_S are tunables to the search (a seed carries them as literals);
+    # its grid must follow them, or part of the copy is never written (section 17's NaN children)
+    header, library = LIBRARY.read_text().split("# --- seed ---\n", 1)
+    tunables = {t.name: t for t in find_tunables(library)}
+    assert set(tunables) == {"BLOCK_C", "BLOCK_S"}
+    path = tmp_path / "conv_moved.py"
+    path.write_text(header + with_values(library, {tunables["BLOCK_C"]: block_c, tunables["BLOCK_S"]: block_s}))
+    module = _load(path, f"conv_moved_{block_c}_{block_s}")
+    x = torch.randn(2, 40, 3, 70, device="cuda" if torch.cuda.is_available() else "cpu")
+    assert torch.equal(module._channels_last(x), x)
 
 
 def test_a_strided_transposed_convolution_visits_only_the_taps_its_phases_admit(conv, monkeypatch):
