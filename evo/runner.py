@@ -123,7 +123,8 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
         aside_before, has_programs = _earlier_state(earlier)
         stream = prepare_stream(c.tasks, backend, on_gpu=device == "cuda", compile_seeds=c.compile_seeds,
                                 llm=seeding is not None, earlier=aside_before, has_programs=has_programs,
-                                console=console, stored=(lambda t: stored_seed(earlier, t)) if earlier else None)
+                                console=console, stored=(lambda t: stored_seed(earlier, t)) if earlier else None,
+                                tolerance=c.evaluator.tolerance)
         # With a pipeline on a GPU the search starts with the first task ready, the others joining as
         # their preparation ends (its workers are stopped while a candidate times: evaluator.gate);
         # otherwise every task is prepared first.

@@ -26,65 +26,14 @@ warps (or a 128 x 64 tile) spilled none and ran at 0.29x; plain TF32 did not spi
 """
 from __future__ import annotations
 
-import re
 from typing import get_args
 
 import numpy as np
 
 from evaluator.choices import Tolerance, one_of
-from evo.core.kernel_source import call_spans, find_tunables, with_values
+from evo.core.dot_precision import (ACCUMULATOR_PER_THREAD, current_precision, dot_arguments,
+                                    warps_for_split_precision, with_precision)
 from operators.base import Context, Operator, Proposal
-
-# A dot's precision argument: ``input_precision="..."`` or ``allow_tf32=<expression>``.
-_PRECISION = re.compile(r"""\binput_precision\s*=\s*(["'])(ieee|tf32x3|tf32)\1|\ballow_tf32\s*=\s*[\w.]+""")
-_DOT = re.compile(r"\btl\.dot\(")
-
-
-def _dot_arguments(source: str) -> list[re.Match]:
-    """The precision arguments inside ``tl.dot(...)`` calls (brackets matched)."""
-    return [m for start, end in call_spans(source, _DOT) for m in _PRECISION.finditer(source, start, end)]
-
-
-def _current(match: re.Match) -> str:
-    return match.group(2) if match.group(2) else "allow_tf32"
-
-
-_ACCUMULATOR_PER_THREAD = 64  # fp32 accumulator floats a thread that split precision keeps unspilled
-_MOST_WARPS = 16
-
-
-def _warps_for_split_precision(source: str) -> tuple[str, list[str]]:
-    """``source`` with each tile's warps doubled until it holds at most 64 accumulator floats a
-    thread (see the module's text), and what changed."""
-    values = {t.name: t for t in find_tunables(source)}
-    changes, said = {}, []
-    for name, warps in values.items():
-        if not name.endswith("NUM_WARPS") or warps.kind != "warps":
-            continue
-        prefix = name[:-len("NUM_WARPS")]
-        block_m, block_n = values.get(prefix + "BLOCK_M"), values.get(prefix + "BLOCK_N")
-        if block_m is None or block_n is None:
-            continue
-        count = warps.value
-        while block_m.value * block_n.value > _ACCUMULATOR_PER_THREAD * 32 * count and count < _MOST_WARPS:
-            count *= 2
-        if count != warps.value:
-            changes[warps] = count
-            said.append(f"{name} {warps.value}->{count}")
-    return (with_values(source, changes) if changes else source), said
-
-
-def with_precision(source: str, precision: str) -> str | None:
-    """``source`` with every dot's precision argument set to ``precision``; None if nothing changes."""
-    matches = [m for m in _dot_arguments(source) if _current(m) != precision]
-    if not matches:
-        return None
-    out, last = [], 0
-    for m in sorted(matches, key=lambda m: m.start()):
-        out += [source[last:m.start()], f'input_precision="{precision}"']
-        last = m.end()
-    return "".join(out) + source[last:]
-
 
 class DotPrecision(Operator):
     """Move the parent's fp32 dots to split precision (``tf32x3``) or, where the tolerance allows
@@ -105,12 +54,12 @@ class DotPrecision(Operator):
         return split + (["tf32"] if self.tolerance == "kernelbench" else [])
 
     def applies_to(self, parent) -> bool:
-        current = {_current(m) for m in _dot_arguments(parent.source)}
+        current = {current_precision(m) for m in dot_arguments(parent.source)}
         return any(with_precision(parent.source, p) is not None for p in self._targets(current))
 
     def propose(self, context: Context, rng: np.random.Generator) -> Proposal:
         source = context.parent.source
-        current = {_current(m) for m in _dot_arguments(source)}
+        current = {current_precision(m) for m in dot_arguments(source)}
         if not current:
             return Proposal(self.name, None, "the parent has no dot with a precision argument")
         options = [(p, child) for p in self._targets(current) if (child := with_precision(source, p)) is not None]
@@ -119,6 +68,6 @@ class DotPrecision(Operator):
         precision, child = options[int(rng.integers(len(options)))]
         note = f"dots {'/'.join(sorted(current))} -> {precision}"
         if precision == "tf32x3":
-            child, warps = _warps_for_split_precision(child)
-            note += f" ({', '.join(warps)}: at most {_ACCUMULATOR_PER_THREAD} accumulator floats a thread)" if warps else ""
+            child, warps = warps_for_split_precision(child)
+            note += f" ({', '.join(warps)}: at most {ACCUMULATOR_PER_THREAD} accumulator floats a thread)" if warps else ""
         return Proposal(self.name, child, note)

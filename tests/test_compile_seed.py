@@ -197,6 +197,21 @@ def test_a_task_without_seed_gets_one_from_torch_compile_on_gpus():
     assert "on a GPU, torch.compile derives one" in prepare(backend, [task], on_gpu=False).set_aside[0].reason
 
 
+def test_a_derived_gemm_seed_comes_with_its_tensor_core_twin_first():
+    from rich.console import Console
+
+    from evo.core.task import Task
+    from evo.loop.startup import prepare_tasks
+
+    template = "K0_NUM_WARPS = 4\nacc += tl.dot(a, b, allow_tf32=ALLOW_TF32, out_dtype=ACC_TYPE)\n"
+    backend, task = SeedingBackend(DerivedSeed(ok=True, source=template)), Task(name="t", path="/x/t.py", source="...")
+    for tolerance, precision in (("strict", "tf32x3"), ("kernelbench", "tf32")):
+        prepared = prepare_tasks([task], backend, on_gpu=True, compile_seeds=True, llm=False, earlier={},
+                                 has_programs=set(), console=Console(quiet=True), tolerance=tolerance)
+        first, derived = prepared.tasks[0].seeds
+        assert f'input_precision="{precision}"' in first and derived == template
+
+
 def test_the_cpu_evaluator_explains_that_compile_seeds_need_a_gpu(evaluator):
     task = load_tasks("default", names=["gelu"])[0]
     reply = evaluator.compile_seed(task.name, task.source)

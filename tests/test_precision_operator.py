@@ -157,3 +157,17 @@ def test_strict_runs_exact_fp32_and_kernelbench_runs_pytorchs_defaults():
         assert torch.backends.cudnn.allow_tf32 is False
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_a_derived_gemm_seed_starts_on_tensor_cores_with_its_exact_self_behind_it():
+    from evo.core.dot_precision import seed_kernels
+
+    template = ("K0_BLOCK_M = 128\nK0_BLOCK_N = 128\nK0_NUM_WARPS = 4\n" + TEMPLATE_DOT + "\n")
+    first, exact = seed_kernels(template, "strict")
+    assert exact == template  # the derived seed, in case the first misses the checks
+    assert 'input_precision="tf32x3"' in first and "K0_NUM_WARPS = 8\n" in first  # split: more warps
+    first, exact = seed_kernels(template, "kernelbench")
+    assert 'input_precision="tf32"' in first and "K0_NUM_WARPS = 4\n" in first and exact == template
+    # only inductor's GEMM templates (allow_tf32 flags): the engine's own convolution and elementwise seeds stay one
+    assert seed_kernels(KERNEL, "strict") == (KERNEL,)
+    assert seed_kernels("x = 1\n", "kernelbench") == ("x = 1\n",)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from rich.console import Console
 
 from evaluator import DerivedSeed, Preparation, PreparedTask, TaskCheck
+from evo.core.dot_precision import seed_kernels
 from evo.core.task import Task
 from evo.loop.seed_store import StoredSeed
 
@@ -64,15 +65,17 @@ def seedless(task: Task, tried: str) -> str:
 
 def prepare_tasks(tasks: list[Task], backend: Backend, *, on_gpu: bool, compile_seeds: bool, llm: bool,
                   earlier: dict[str, dict], has_programs: set[str], console: Console,
-                  stored: Callable[[Task], StoredSeed | None] | None = None) -> Prepared:
+                  stored: Callable[[Task], StoredSeed | None] | None = None, tolerance: str = "strict") -> Prepared:
     """Check every task's reference and derive the seeds that are missing, many at once (the
     backend's ``prepare``); ``earlier``: the run's set-aside records by task, ``has_programs``:
     the tasks the run's archive already holds programs of (their seeds are in it); ``stored``: what
     an earlier start of the run derived for a task's current source (evo/loop/seed_store.py), taken
-    instead of deriving again."""
+    instead of deriving again; ``tolerance``: the evaluator's, which sets the precision of a
+    derived GEMM seed's first kernels (``evo.core.dot_precision.seed_kernels``)."""
     prepared = Prepared(tasks=[], set_aside=[], kept_aside=[])
     for piece in prepare_stream(tasks, backend, on_gpu=on_gpu, compile_seeds=compile_seeds, llm=llm,
-                                earlier=earlier, has_programs=has_programs, console=console, stored=stored):
+                                earlier=earlier, has_programs=has_programs, console=console, stored=stored,
+                                tolerance=tolerance):
         prepared.add(piece)
     order = {t.name: i for i, t in enumerate(tasks)}  # the tasks' own order, not the order they came in
     prepared.tasks.sort(key=lambda t: order[t.name])
@@ -82,7 +85,8 @@ def prepare_tasks(tasks: list[Task], backend: Backend, *, on_gpu: bool, compile_
 
 def prepare_stream(tasks: list[Task], backend: Backend, *, on_gpu: bool, compile_seeds: bool, llm: bool,
                    earlier: dict[str, dict], has_programs: set[str], console: Console,
-                   stored: Callable[[Task], StoredSeed | None] | None = None) -> Iterator[Prepared]:
+                   stored: Callable[[Task], StoredSeed | None] | None = None,
+                   tolerance: str = "strict") -> Iterator[Prepared]:
     """:func:`prepare_tasks` as it goes: first the tasks kept aside, then each task as its preparation
     ends (the backend's ``prepare_stream``), so that a run may search the first
     tasks while the others are still being prepared."""
@@ -108,11 +112,11 @@ def prepare_stream(tasks: list[Task], backend: Backend, *, on_gpu: bool, compile
     by_name = {t.name: t for t in todo}
     for name, outcome in outcomes:
         yield _prepared(by_name[name], outcome, known.get(name), has_programs=name in has_programs, llm=llm,
-                        tried=_tried(compile_seeds, on_gpu), console=console)
+                        tried=_tried(compile_seeds, on_gpu), console=console, tolerance=tolerance)
 
 
 def _prepared(task: Task, outcome: PreparedTask, known: StoredSeed | None, *, has_programs: bool, llm: bool, tried: str,
-              console: Console) -> Prepared:
+              console: Console, tolerance: str = "strict") -> Prepared:
     """One task's preparation decided: searched (with its seed, if derived), or set aside."""
     check, seed = outcome.check, outcome.seed
     derived = {}
@@ -123,7 +127,7 @@ def _prepared(task: Task, outcome: PreparedTask, known: StoredSeed | None, *, ha
         seed = DerivedSeed(ok=known.ok, source=known.source, error=known.message(task) or "")
     for warning in check.warnings:
         console.print(f"[yellow]task {task.name}: {warning}", soft_wrap=True)
-    decided = _decide(task, check, seed, has_programs=has_programs, llm=llm, tried=tried)
+    decided = _decide(task, check, seed, has_programs=has_programs, llm=llm, tried=tried, tolerance=tolerance)
     if isinstance(decided, SetAside):
         console.print(f"[red]{decided.line()}", soft_wrap=True)
         return Prepared(tasks=[], set_aside=[decided], kept_aside=[], derived=derived)
@@ -146,7 +150,7 @@ def _tried(compile_seeds: bool, on_gpu: bool) -> str:
 
 
 def _decide(task: Task, check: TaskCheck, seed: DerivedSeed | None, *, has_programs: bool, llm: bool,
-            tried: str) -> Task | SetAside:
+            tried: str, tolerance: str = "strict") -> Task | SetAside:
     if not check.ok:
         if check.stage in ("memory", "host_memory", "timeout"):  # the error says what the reference did
             return SetAside(task.name, check.stage, check.error, task.files_hash)
@@ -154,7 +158,7 @@ def _decide(task: Task, check: TaskCheck, seed: DerivedSeed | None, *, has_progr
     if task.seeds or has_programs:
         return task
     if seed and seed.ok:
-        return dataclasses.replace(task, seeds=(seed.source,))
+        return dataclasses.replace(task, seeds=seed_kernels(seed.source, tolerance))
     if llm:
         return task
     why = f"torch.compile gave none: {seed.error}" if seed else tried
