@@ -57,9 +57,9 @@ def channels_last_first(weight_shape: tuple[int, ...], transposed: bool, groups:
     """Whether the taps loop starts from the channels-last gather (else the NCHW one); where the
     call site has the switch, the search may flip it.  With the seed's tile on the 18 convolutions
     of the KernelBench sample (H200, ``experiments/kernelbench_search.md``, section 17): in TF32
-    channels-last ran 1.3-3.5x faster from 16 channels a group, 1-D convolutions included (l1_74
-    2.9 to 1.05 ms), and never more than 1% slower; with fp32 products exact it ran 1.02-2.4x
-    slower there (l2_10 14.7 to 35.7 ms).  Below 16 channels, where only a strided transposed
+    channels-last ran 1.25-3.5x faster on 9 of the 11 from 16 channels a group, 1-D ones included
+    (l1_74 2.93 to 1.05 ms), 1.05x on l1_79 and 1% slower on l1_81; with fp32 products exact it
+    ran 1.02-2.4x slower on all 11 (l2_10 14.7 to 35.7 ms).  Below 16 channels, where only a strided transposed
     convolution starts from the taps loop, it ran 1.4-1.9x faster than the general loop in either
     precision (l2_72, l2_96)."""
     return precision == "tf32" or _per_group(weight_shape, transposed, groups)[0] < 16
@@ -81,7 +81,7 @@ def _taps_loop_first(weight_shape: tuple[int, ...], transposed: bool, groups: in
     group, as the records ran; below, only transposed with a stride, whose phases the taps loop
     skips.  With the seed's tile (H200, section 17), below 16 channels the taps loop ran 1.4-1.9x
     faster than the general one on l2_72 and l2_96 (3 channels, transposed 3-D, stride 2) and
-    1.7-3.9x slower at stride 1 with 8 (l2_67, l2_82, l2_87, l2_7): the switch is the search's."""
+    1.7-4.0x slower at stride 1 with 8 (l2_67, l2_82, l2_87, l2_7): the switch is the search's."""
     return _per_group(weight_shape, transposed, groups)[0] >= 16 or (transposed and strided)
 
 
