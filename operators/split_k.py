@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evo.core.kernel_facts import is_kernel
+from evo.core.kernel_facts import grid_launches, is_kernel
 from evo.core.kernel_source import find_tunables, parse
 from operators.base import Context, Operator, Proposal
 
@@ -79,20 +79,14 @@ def _template(tree: ast.Module, fn: ast.FunctionDef) -> _Template | None:
     # the epilogue must not read what only the loop computed (it rematerialises its indices)
     if (_names(suffix, ast.Load) & _names([loop], ast.Store)) - _names(suffix, ast.Store) - {"acc"}:
         return None
-    for launcher in tree.body:
-        if not isinstance(launcher, ast.FunctionDef) or is_kernel(launcher):
-            continue
-        for stmt in launcher.body:
-            call = stmt.value if isinstance(stmt, ast.Expr) else None
-            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Subscript)
-                    and ast.unparse(call.func) == f"{fn.name}[grid]" and call.args):
-                keywords = {k.arg: k.value for k in call.keywords if k.arg}
-                prefix = re.fullmatch(r"(K\d+_)BLOCK_M", ast.unparse(keywords.get("BLOCK_M", ast.Constant(0))))
-                pinned = [n for n in fn.body if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "BLOCK_K"]
-                block_k = (ast.unparse(keywords["BLOCK_K"]) if "BLOCK_K" in keywords else
-                           ast.unparse(pinned[0].value) if pinned and pinned[0].value is not None else None)
-                if prefix and block_k:
-                    return _Template(fn, loop, stmt, call, prefix.group(1), extents, block_k)
+    for _, stmt, call in grid_launches(tree, fn):
+        keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        prefix = re.fullmatch(r"(K\d+_)BLOCK_M", ast.unparse(keywords.get("BLOCK_M", ast.Constant(0))))
+        pinned = [n for n in fn.body if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "BLOCK_K"]
+        block_k = (ast.unparse(keywords["BLOCK_K"]) if "BLOCK_K" in keywords else
+                   ast.unparse(pinned[0].value) if pinned and pinned[0].value is not None else None)
+        if prefix and block_k:
+            return _Template(fn, loop, stmt, call, prefix.group(1), extents, block_k)
     return None
 
 

@@ -46,6 +46,19 @@ def is_kernel(fn: ast.FunctionDef) -> bool:
                for d in fn.decorator_list)
 
 
+def grid_launches(tree: ast.Module, kernel: ast.FunctionDef):
+    """Each statement ``kernel[grid](...)`` of the module's plain functions (its launchers), as
+    ``(launcher, statement, call)``: where the operators that rewrite a kernel's grid find it."""
+    for launcher in tree.body:
+        if not isinstance(launcher, ast.FunctionDef) or is_kernel(launcher):
+            continue
+        for stmt in launcher.body:
+            call = stmt.value if isinstance(stmt, ast.Expr) else None
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Subscript)
+                    and ast.unparse(call.func) == f"{kernel.name}[grid]" and call.args):
+                yield launcher, stmt, call
+
+
 def kernel_facts(source: str, tree: ast.Module | None = None) -> KernelFacts:
     """The facts of ``source``; ``tree``: its AST, when the caller has parsed it already."""
     if tree is None:

@@ -21,7 +21,7 @@ _KINDS = (
     ("warps", re.compile(r"^(NUM_WARPS|num_warps|[A-Z0-9_]*_WARPS)$")),
     ("stages", re.compile(r"^(NUM_STAGES|num_stages|[A-Z0-9_]*_STAGES)$")),
     ("group", re.compile(r"^([A-Z0-9_]*GROUP_SIZE[A-Z0-9_]*|([A-Z0-9]+_)*GROUP_[MN])$")),
-    ("grid", re.compile(r"^([A-Z0-9_]+_PER_PROGRAM|NUM_PROGRAMS|PROGRAMS_PER_SM|GRID_[A-Z0-9_]+|([A-Z0-9]+_)*SPLIT_K)$")),
+    ("grid", re.compile(r"^([A-Z0-9_]+_PER_PROGRAM|NUM_PROGRAMS|([A-Z0-9]+_)*PROGRAMS_PER_SM|GRID_[A-Z0-9_]+|([A-Z0-9]+_)*SPLIT_K)$")),
     ("block", re.compile(r"^(BLOCK[A-Z0-9_]*|[A-Z0-9_]*_BLOCK[A-Z0-9_]*|TILE[A-Z0-9_]*)$")),
 )
 
