@@ -166,6 +166,7 @@ def test_a_derived_gemm_seed_starts_on_tensor_cores_with_its_exact_self_behind_i
     first, exact = seed_kernels(template, "strict")
     assert exact == template  # the derived seed, in case the first misses the checks
     assert 'input_precision="tf32x3"' in first and "K0_NUM_WARPS = 8\n" in first  # split: more warps
+    assert first.startswith("# The seed derived from torch.compile with every dot in tf32x3")  # it says so
     first, exact = seed_kernels(template, "kernelbench")
     assert 'input_precision="tf32"' in first and "K0_NUM_WARPS = 4\n" in first and exact == template
     # only inductor's GEMM templates (allow_tf32 flags): the engine's own convolution and elementwise seeds stay one

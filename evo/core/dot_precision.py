@@ -77,4 +77,6 @@ def seed_kernels(source: str, tolerance: str) -> tuple[str, ...]:
         return (source,)
     if precision == "tf32x3":
         moved, _ = warps_for_split_precision(moved)
-    return moved, source
+    said = (f"# The seed derived from torch.compile with every dot in {precision} (evo.core.dot_precision."
+            "seed_kernels);\n# the run seeds the exact one beside it.\n")
+    return said + moved, source
