@@ -1,6 +1,5 @@
 """The seeds' Triton convolution (evaluator/conv_kernel.py) against PyTorch's, in Triton's
 interpreter, and the tile a seed starts from (evaluator.compile_seed)."""
-import importlib.util
 import os
 from pathlib import Path
 
@@ -9,6 +8,7 @@ import torch
 
 from evaluator.conv_seed import _convolution_shape, replace_convolutions, seed_tile
 from evo.core.kernel_source import find_tunables, with_values
+from tests.support.modules import load_module
 
 TRANSPOSED = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 
@@ -22,15 +22,7 @@ def _load(path: Path, name: str):
     on_gpu = torch.cuda.is_available()
     if not (on_gpu or os.environ.get("TRITON_INTERPRET") == "1"):
         pytest.skip("needs Triton's interpreter (TRITON_INTERPRET=1) or a GPU")
-    saved = os.environ.pop("TRITON_INTERPRET", None) if on_gpu else None
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
-    return module
+    return load_module(path, name, compiled=on_gpu)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """The persistent-reduction operator: a looped reduction (inductor's ``triton_red_*`` form) whose
 row fits one block made one pass over a block pinned in the kernel."""
 import ast
-import os
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ from evo.core.kernel_source import find_tunables
 from evo.core.program import Program
 from operators import Context
 from operators.persistent_reduction import PersistentReduction
+from tests.support.modules import load_module
 
 _HEADER = '''import torch
 import torch.nn as nn
@@ -319,23 +319,14 @@ def test_parents_and_their_persistent_children_are_correct():
 
 @pytest.mark.gpu
 def test_persistent_children_compile_and_are_correct_on_a_gpu(tmp_path):
-    import importlib.util
-
     import torch
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    saved = os.environ.pop("TRITON_INTERPRET", None)  # compiled, not the CPU tests' interpreter
-    try:
-        for task, task_source, parent in _CASES:
-            reference = {}
-            exec(task_source, reference)
-            path = tmp_path / f"persistent_reduction_{task}.py"  # Triton reads a kernel's source from its file
-            path.write_text(_child(parent).source)
-            spec = importlib.util.spec_from_file_location(path.stem, path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            x = reference["get_inputs"]()[0].cuda()
-            torch.testing.assert_close(module.ModelNew()(x), reference["Model"]()(x), atol=1e-4, rtol=1e-4)
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
+    for task, task_source, parent in _CASES:
+        reference = {}
+        exec(task_source, reference)
+        path = tmp_path / f"persistent_reduction_{task}.py"
+        path.write_text(_child(parent).source)
+        module = load_module(path)
+        x = reference["get_inputs"]()[0].cuda()
+        torch.testing.assert_close(module.ModelNew()(x), reference["Model"]()(x), atol=1e-4, rtol=1e-4)

@@ -1,7 +1,6 @@
 """The persistent-tiles operator: a GEMM template launched on at most PROGRAMS_PER_SM programs per
 SM, each looping over output tiles with the template's own body."""
 import ast
-import os
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from evo.core.program import Program
 from evo.core.task import load_tasks
 from operators import Context
 from operators.persistent_tiles import PersistentTiles
+from tests.support.modules import load_module
 from tests.test_compile_seed import DATA, MATMUL_INPUTS
 
 # 100 x 72 by K = 96: neither extent a multiple of the tile, so the template's masks matter.
@@ -138,24 +138,15 @@ def test_persistent_children_are_correct_for_any_programs_per_sm():
 
 @pytest.mark.gpu
 def test_persistent_children_compile_and_are_correct_on_a_gpu(tmp_path):
-    import importlib.util
-
     import torch
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    saved = os.environ.pop("TRITON_INTERPRET", None)  # compiled, not the CPU tests' interpreter
-    try:
-        for programs_per_sm in (1, 4):
-            path = tmp_path / f"persistent_child_{programs_per_sm}.py"  # Triton reads a kernel's source from its file
-            path.write_text(_child(_seed(), programs_per_sm=programs_per_sm).source)
-            spec = importlib.util.spec_from_file_location(path.stem, path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            a = torch.randn(100, 96, dtype=torch.float16, device="cuda")
-            b = torch.randn(96, 72, dtype=torch.float16, device="cuda")
-            out = module.ModelNew().cuda()(a, b)
-            torch.testing.assert_close(out, a @ b, atol=1e-2, rtol=1e-2)
-            assert module._PERSISTENT_SM_COUNTS == {a.device: torch.cuda.get_device_properties(0).multi_processor_count}
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
+    for programs_per_sm in (1, 4):
+        path = tmp_path / f"persistent_child_{programs_per_sm}.py"
+        path.write_text(_child(_seed(), programs_per_sm=programs_per_sm).source)
+        module = load_module(path)
+        a = torch.randn(100, 96, dtype=torch.float16, device="cuda")
+        b = torch.randn(96, 72, dtype=torch.float16, device="cuda")
+        out = module.ModelNew().cuda()(a, b)
+        torch.testing.assert_close(out, a @ b, atol=1e-2, rtol=1e-2)
+        assert module._PERSISTENT_SM_COUNTS == {a.device: torch.cuda.get_device_properties(0).multi_processor_count}

@@ -1,7 +1,6 @@
 """The split-K operator: a GEMM template with few output tiles and a long K becomes two launches,
 partial tiles over runs of K into a workspace, then their sum and the template's epilogue."""
 import ast
-import os
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from evo.core.program import Program
 from evo.core.task import load_tasks
 from operators import Context
 from operators.split_k import SplitK
+from tests.support.modules import load_module
 from tests.test_compile_seed import DATA, MATMUL_INPUTS
 
 # A product with one 64 x 32 output tile and K = 1024: the template walks K in one program.
@@ -116,21 +116,12 @@ def test_split_children_are_correct_for_any_split():
 
 @pytest.mark.gpu
 def test_split_children_compile_and_are_correct_on_a_gpu(tmp_path):
-    import importlib.util
-
     import torch
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    path = tmp_path / "split_k_child.py"  # Triton reads a kernel's source from its file
+    path = tmp_path / "split_k_child.py"
     path.write_text(_child(_seed()).source)
-    spec = importlib.util.spec_from_file_location("split_k_child", path)
-    module = importlib.util.module_from_spec(spec)
-    saved = os.environ.pop("TRITON_INTERPRET", None)  # compiled, not the CPU tests' interpreter
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
+    module = load_module(path)
     a = torch.randn(64, 1024, dtype=torch.float16, device="cuda")
     b = torch.randn(1024, 32, dtype=torch.float16, device="cuda")
     out = module.ModelNew().cuda()(a, b)

@@ -1,0 +1,21 @@
+"""A Python file loaded as a module, its Triton kernels compiled for the GPU where asked."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+
+def load_module(path: Path, name: str | None = None, *, compiled: bool = True):
+    """The module in ``path`` (Triton reads a kernel's source from its file).  ``compiled``: its
+    kernels are made for the GPU, the suite's ``TRITON_INTERPRET`` lifted while the module runs
+    (Triton reads it when a kernel is decorated); else they run as the suite runs them."""
+    spec = importlib.util.spec_from_file_location(name or Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    saved = os.environ.pop("TRITON_INTERPRET", None) if compiled else None
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+    return module
