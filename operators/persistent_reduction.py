@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evo.core.kernel_facts import grid_launches, is_kernel
+from evo.core.kernel_facts import grid_launches, top_level_kernels
 from evo.core.kernel_source import parse
 from operators.base import Context, Operator, Proposal
 
@@ -135,8 +135,7 @@ class PersistentReduction(Operator):
             tree = parse(source)
         except SyntaxError:
             return [], []
-        found = [_reduction(tree, fn, self.max_block) for fn in tree.body
-                 if isinstance(fn, ast.FunctionDef) and is_kernel(fn)]
+        found = [_reduction(tree, fn, self.max_block) for fn in top_level_kernels(tree)]
         return [r for r in found if isinstance(r, _Reduction)], [r for r in found if isinstance(r, str)]
 
     def applies_to(self, parent) -> bool:

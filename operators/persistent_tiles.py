@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evo.core.kernel_facts import grid_launches, is_kernel
+from evo.core.kernel_facts import grid_launches, top_level_kernels
 from evo.core.kernel_source import parse
 from operators.base import Context, Operator, Proposal
 
@@ -129,7 +129,7 @@ class PersistentTiles(Operator):
             return [], []
         if not re.search(r"^import torch$", source, re.M):  # the launcher asks torch for the SM count
             return [], []
-        found = [_template(tree, fn) for fn in tree.body if isinstance(fn, ast.FunctionDef) and is_kernel(fn)]
+        found = [_template(tree, fn) for fn in top_level_kernels(tree)]
         return [t for t in found if isinstance(t, _Template)], [t for t in found if isinstance(t, str)]
 
     def applies_to(self, parent) -> bool:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evo.core.kernel_facts import grid_launches, is_kernel
+from evo.core.kernel_facts import grid_launches, top_level_kernels
 from evo.core.kernel_source import find_tunables, parse
 from operators.base import Context, Operator, Proposal
 
@@ -117,8 +117,8 @@ class SplitK(Operator):
         except SyntaxError:
             return []
         constants, found = {t.name: t.value for t in find_tunables(source, tree)}, []
-        for fn in tree.body:
-            if isinstance(fn, ast.FunctionDef) and is_kernel(fn) and (template := _template(tree, fn)):
+        for fn in top_level_kernels(tree):
+            if template := _template(tree, fn):
                 m, n, k = (template.extents[d] for d in "MNK")
                 block_m, block_n = (constants.get(template.prefix + f"BLOCK_{d}") for d in "MN")
                 block_k = _value(template.block_k, constants)

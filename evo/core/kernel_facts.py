@@ -46,6 +46,11 @@ def is_kernel(fn: ast.FunctionDef) -> bool:
                for d in fn.decorator_list)
 
 
+def top_level_kernels(tree: ast.Module) -> list[ast.FunctionDef]:
+    """The module's Triton kernels defined at its top level, in source order."""
+    return [fn for fn in tree.body if isinstance(fn, ast.FunctionDef) and is_kernel(fn)]
+
+
 def grid_launches(tree: ast.Module, kernel: ast.FunctionDef):
     """Each statement ``kernel[grid](...)`` of the module's plain functions (its launchers), as
     ``(launcher, statement, call)``: where the operators that rewrite a kernel's grid find it."""
