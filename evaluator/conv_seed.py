@@ -61,7 +61,9 @@ def channels_last_first(weight_shape: tuple[int, ...], transposed: bool, groups:
     (l1_74 2.93 to 1.05 ms), 1.05x on l1_79 and 1% slower on l1_81; with fp32 products exact it
     ran 1.02-2.4x slower on all 11 (l2_10 14.7 to 35.7 ms).  Below 16 channels, where only a strided transposed
     convolution starts from the taps loop, it ran 1.4-1.9x faster than the general loop in either
-    precision (l2_72, l2_96)."""
+    precision (l2_72, l2_96).  Under the strict tolerance a seed whose call sites all start from the
+    taps loop is seeded second, behind a twin in tf32x3 gathering channels-last
+    (``evo.core.dot_precision.seed_kernels``)."""
     return precision == "tf32" or _per_group(weight_shape, transposed, groups)[0] < 16
 
 

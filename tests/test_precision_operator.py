@@ -172,3 +172,32 @@ def test_a_derived_gemm_seed_starts_on_tensor_cores_with_its_exact_self_behind_i
     # only inductor's GEMM templates (allow_tf32 flags): the engine's own convolution and elementwise seeds stay one
     assert seed_kernels(KERNEL, "strict") == (KERNEL,)
     assert seed_kernels("x = 1\n", "kernelbench") == ("x = 1\n",)
+
+
+def _convolution_seed(weight: str, stride: int) -> str:
+    # a strict seed's convolution as conv_seed writes it: its constants, launcher and the library's dots
+    from evaluator.conv_seed import CONV_LIBRARY, replace_convolutions
+
+    lines = [f"assert_size_stride(arg0_1, {weight}, (1, 1, 1, 1))",
+             f"buf0 = extern_kernels.convolution(arg1_1, arg0_1, stride=({stride}, {stride}), padding=(1, 1), "
+             "dilation=(1, 1), transposed=False, output_padding=(0, 0), groups=1, bias=None)"]
+    out, constants, launchers = replace_convolutions(lines, 0, "ieee")
+    return "\n".join(constants + [CONV_LIBRARY] + launchers + out) + "\n"
+
+
+def test_a_strict_convolution_seed_on_the_taps_loop_starts_in_split_precision_gathering_channels_last():
+    from evo.core.dot_precision import dot_arguments, seed_kernels
+
+    seed = _convolution_seed("(64, 32, 3, 3)", 1)  # 32 channels: the taps loop first, NCHW in exact fp32
+    assert "K0_USE_TAPS_LOOP = 1\nK0_USE_CHANNELS_LAST = 0\n" in seed
+    first, exact = seed_kernels(seed, "strict")
+    assert exact == seed
+    assert {m.group(2) for m in dot_arguments(first)} == {"tf32x3"}
+    assert "K0_USE_TAPS_LOOP = 1\nK0_USE_CHANNELS_LAST = 1\n" in first and "K0_NUM_WARPS = 4\n" in first
+    assert first.startswith("# The seed derived from torch.compile with every dot in tf32x3, the convolutions "
+                            "gathering channels-last")
+    # under the kernelbench tolerance a convolution seed is derived in TF32, channels-last, already
+    assert seed_kernels(seed, "kernelbench") == (seed,)
+    # 8 channels at stride 1: the general loop first, which neither change speeds up (section 17, s45's probe)
+    general = _convolution_seed("(64, 8, 3, 3)", 1)
+    assert "K0_USE_TAPS_LOOP = 0" in general and seed_kernels(general, "strict") == (general,)

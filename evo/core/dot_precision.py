@@ -59,17 +59,45 @@ def with_precision(source: str, precision: str) -> str | None:
     return "".join(out) + source[last:]
 
 
+# A seed's Triton convolutions (``evaluator.conv_seed``): a call site that starts from the taps loop,
+# one that starts from the general loop, and the taps loop's gather switch where it is NCHW.
+_TAPS_LOOP_FIRST = re.compile(r"^K\d+_USE_TAPS_LOOP = 1$", re.MULTILINE)
+_GENERAL_LOOP_FIRST = re.compile(r"^K\d+_USE_TAPS_LOOP = 0$", re.MULTILINE)
+_NCHW_GATHER = re.compile(r"^(K\d+_USE_CHANNELS_LAST = )0$", re.MULTILINE)
+
+
+def _exact_taps_loop_convolutions(source: str, tolerance: str) -> bool:
+    """Whether ``source`` holds the engine's convolutions with exact fp32 products (the strict
+    tolerance) and every call site starting from the taps loop.
+
+    With the seed's tile on one H100 (``experiments/data/conv_seed_tf32x3_h100_s45.json``), the
+    taps loop in tf32x3 gathering channels-last ran 1.6-2.1x faster than the strict seed (NCHW,
+    exact) on the 2-D and 3-D convolutions with 16 or more channels a group (l1_57 26.1 to 14.5 ms,
+    l1_69 21.6 to 11.1), within 2.5e-6 of cuDNN's fp32 output; in IEEE the same gather ran 1.02-2.4x
+    slower (section 17), and neither gain holds for the general loop, which runs below 16 channels
+    at stride 1 (l2_67 4.55 ms exact, 5.23 in tf32x3 channels-last)."""
+    if tolerance == "kernelbench" or not _TAPS_LOOP_FIRST.search(source) or _GENERAL_LOOP_FIRST.search(source):
+        return False
+    return any(current_precision(m) == "ieee" for m in dot_arguments(source))
+
+
 def seed_kernels(source: str, tolerance: str) -> tuple[str, ...]:
     """The seeds a run starts a task from, given the one derived from torch.compile: where that one
     holds inductor's GEMM templates (dots with an ``allow_tf32=`` flag, in IEEE fp32 on the CUDA
     cores where cuBLAS, which torch.compile calls, keeps fp32 too), first the same kernels with
     every dot on tensor cores, split precision (``tf32x3``), or plain TF32 under the ``kernelbench``
-    tolerance, then the derived one as it is, in case the first misses the checks.
+    tolerance, then the derived one as it is, in case the first misses the checks.  Likewise under
+    the strict tolerance where it holds the engine's convolutions, each starting from the taps
+    loop: first in ``tf32x3``, gathering from a channels-last copy of the input
+    (:func:`_exact_taps_loop_convolutions` says why); under the ``kernelbench`` tolerance they are
+    derived in TF32 already.
 
     In the strict record of ``experiments/kernelbench_search.md`` (section 17) the derived GEMM
     seeds took 2.1x torch.compile's time; their first ``dot_precision`` children, these kernels,
     took 0.61x on all seven GEMM problems, every one correct."""
-    if not any(current_precision(m) == "allow_tf32" for m in dot_arguments(source)):
+    gemm = any(current_precision(m) == "allow_tf32" for m in dot_arguments(source))
+    convolutions = _exact_taps_loop_convolutions(source, tolerance)
+    if not gemm and not convolutions:
         return (source,)
     precision = "tf32" if tolerance == "kernelbench" else "tf32x3"
     moved = with_precision(source, precision)
@@ -77,6 +105,10 @@ def seed_kernels(source: str, tolerance: str) -> tuple[str, ...]:
         return (source,)
     if precision == "tf32x3":
         moved, _ = warps_for_split_precision(moved)
-    said = (f"# The seed derived from torch.compile with every dot in {precision} (evo.core.dot_precision."
-            "seed_kernels);\n# the run seeds the exact one beside it.\n")
+    gathered = ""
+    if convolutions:
+        moved = _NCHW_GATHER.sub(r"\g<1>1", moved)
+        gathered = ", the convolutions gathering channels-last"
+    said = (f"# The seed derived from torch.compile with every dot in {precision}{gathered}\n"
+            "# (evo.core.dot_precision.seed_kernels); the run seeds the exact one beside it.\n")
     return said + moved, source
