@@ -2,7 +2,12 @@
 
     python3 experiments/operator_probe.py --run RUN_DIR --problems .kbsrc/search \
         --operator persistent_tiles --operator persistent_reduction [--tolerance strict] \
-        [--rounds 2] [--dry-run] --out $OUT/operator_probe.json
+        [--rounds 2] [--twins] [--deadline S] [--dry-run] --out $OUT/operator_probe.json
+
+``--operator seed_twin`` is no operator: its "child" is the twin a run now seeds before a derived
+seed (``evo.core.dot_precision.seed_kernels``: GEMM templates, and strict convolutions on the taps
+loop), timed beside that seed.  ``--twins``: the operators' parents are those twins, the seeds a run
+started today begins from, rather than the seeds the archive holds.
 
 For every seed (generation 0) in ``RUN_DIR``'s archive whose problem file is in ``--problems`` and
 that the operator applies to, the engine's evaluator (one process, one GPU, the run's tolerance or
@@ -15,22 +20,48 @@ what it measured.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sqlite3
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from evo.core.dot_precision import seed_kernels  # noqa: E402
 from evo.core.program import Program  # noqa: E402
 from operators import Context  # noqa: E402
 
 
+@dataclasses.dataclass
+class _Twin:
+    source: str
+    note: str
+
+
+class _SeedTwin:
+    """The twin a run seeds before a derived seed, as if it were the seed's child."""
+    name = "seed_twin"
+
+    def __init__(self, tolerance: str):
+        self.tolerance = tolerance
+
+    def applies_to(self, parent: Program) -> bool:
+        return len(seed_kernels(parent.source, self.tolerance)) > 1
+
+    def propose(self, context: Context, rng) -> _Twin:
+        first = seed_kernels(context.parent.source, self.tolerance)[0]
+        return _Twin(first, first.splitlines()[0].lstrip("# "))
+
+
 def _operator(name: str, tolerance: str):
     """The offline operator ``name`` with its defaults (``conf/operator/<name>.yaml``'s)."""
+    if name == "seed_twin":
+        return _SeedTwin(tolerance)
     if name == "persistent_tiles":
         from operators.persistent_tiles import PersistentTiles
         return PersistentTiles()
@@ -47,7 +78,7 @@ def _operator(name: str, tolerance: str):
         from operators.load_hints import LoadHints
         return LoadHints()
     raise SystemExit(f"unknown operator {name!r}: persistent_tiles, persistent_reduction, dot_precision, "
-                     "split_k or load_hints")
+                     "split_k, load_hints or seed_twin")
 
 
 def _seeds(run: Path) -> list[tuple[str, str]]:
@@ -70,6 +101,8 @@ def main() -> None:
                         help="default: the run's evaluator.tolerance")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", default="", help="a substring of the task names")
+    parser.add_argument("--twins", action="store_true", help="the operators' parents: the seeds' twins (see above)")
+    parser.add_argument("--deadline", type=float, default=float("inf"), help="seconds; later pairs are skipped")
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -80,6 +113,8 @@ def main() -> None:
         problem = args.problems / f"{task}.py"
         if args.only not in task or not problem.exists():
             continue
+        if args.twins:
+            source = seed_kernels(source, tolerance)[0]
         parent = Program(id=0, task=task, island=0, generation=0, operator="seed", source=source)
         for op in operators:
             if not op.applies_to(parent):
@@ -90,6 +125,7 @@ def main() -> None:
                 pairs.append((task, problem, op.name, proposal.note, source, proposal.source))
     print(f"{len(pairs)} seeds get a child: " + ", ".join(f"{t} ({o})" for t, _, o, *_ in pairs), flush=True)
     report = {"run": str(args.run), "tolerance": tolerance, "operators": args.operator, "rounds": args.rounds,
+              "twins": args.twins,
               "rows": [{"task": t, "operator": o, "note": n} for t, _, o, n, *_ in pairs]}
     if args.dry_run:
         _write(args.out, report)
@@ -97,9 +133,12 @@ def main() -> None:
     from evaluator import Evaluator, EvaluatorSettings
 
     evaluator = Evaluator(EvaluatorSettings(device="cuda", timeout_s=300, tolerance=tolerance), "cuda", 0)
-    report["rows"] = []
+    report["rows"], began = [], time.monotonic()
     try:
         for task, problem, name, note, seed, child in pairs:
+            if time.monotonic() - began > args.deadline:
+                report["rows"].append({"task": task, "operator": name, "skipped": "deadline"})
+                continue
             runs = {"seed": [], "child": []}
             for _ in range(args.rounds):
                 for label, source in (("seed", seed), ("child", child)):
