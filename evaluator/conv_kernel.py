@@ -40,18 +40,27 @@ import triton.language as tl
 
 
 @triton.jit
+def _epilogue(acc, out_ptr, offsets, mask, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr):
+    # The output tile stored at its offsets into the output.  Operator fuse_epilogue replaces this
+    # body with a pointwise kernel that read the output after the convolution, the ep*_ptr operands
+    # its other tensors (operators/fuse_epilogue.py).
+    tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _store_tile(acc, out_ptr, b_ptr, batch, channels, od, oh, ow, son, soo, sod, soh, sow, m_mask, n_mask,
-                HAS_BIAS: tl.constexpr):
+                ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr, HAS_BIAS: tl.constexpr):
     # A tile of output positions (rows) by output channels (columns), the bias added.
     if HAS_BIAS:
         acc += tl.load(b_ptr + channels, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     out_offsets = (batch[:, None] * son + channels[None, :].to(tl.int64) * soo + od[:, None].to(tl.int64) * sod
                    + oh[:, None].to(tl.int64) * soh + ow[:, None].to(tl.int64) * sow)
-    tl.store(out_ptr + out_offsets, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+    _epilogue(acc, out_ptr, out_offsets, m_mask[:, None] & n_mask[None, :],
+              ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr)
 
 
 @triton.jit
-def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
+def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr,
                  C_in, D_in, H_in, W_in, D_out, H_out, W_out, M_total, C_group, O_group, K_total,
                  sxn, sxc, sxd, sxh, sxw, sw0, sw1, swd, swh, sww, son, soo, sod, soh, sow,
                  stride_d: tl.constexpr, stride_h: tl.constexpr, stride_w: tl.constexpr,
@@ -119,7 +128,7 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
         else:
             acc += tl.dot(a, b)
     _store_tile(acc, out_ptr, b_ptr, batch, group * O_group + offs_n, od, oh, ow, son, soo, sod, soh, sow,
-                m_mask, n_mask, HAS_BIAS)
+                m_mask, n_mask, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr, HAS_BIAS)
 
 
 @triton.jit
@@ -182,7 +191,7 @@ def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, O_group, n_mask
 
 
 @triton.jit
-def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
+def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr,
                       D_in, H_in, W_in, D_out, H_out, W_out, QD, QH, QW, M_phase, C_group, O_group,
                       sxn, sxc, sxd, sxh, sxw, son, soo, sod, soh, sow,
                       stride_d: tl.constexpr, stride_h: tl.constexpr, stride_w: tl.constexpr,
@@ -258,11 +267,11 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
         acc = _channel_product(acc, x_rows, rows, w_tap, (step % blocks) * BLOCK_K + offs_c, C_group, O_group,
                                n_mask, sxc, IEEE, CHANNELS_LAST)
     _store_tile(acc, out_ptr, b_ptr, batch, group * O_group + offs_n, od, oh, ow, son, soo, sod, soh, sow,
-                m_mask, n_mask, HAS_BIAS)
+                m_mask, n_mask, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr, HAS_BIAS)
 
 
 @triton.jit
-def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
+def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr,
                         D_in, H_in, W_in, D_out, H_out, W_out, M_total, C_group,
                         sxn, sxc, sxd, sxh, sxw, sw0, sw1, swd, swh, sww, son, soo, sod, soh, sow,
                         stride_d: tl.constexpr, stride_h: tl.constexpr, stride_w: tl.constexpr,
@@ -313,7 +322,7 @@ def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr,
         acc += tl.load(b_ptr + group).to(tl.float32)
     out_offsets = (batch * son + group.to(tl.int64) * soo + od.to(tl.int64) * sod + oh.to(tl.int64) * soh
                    + ow.to(tl.int64) * sow)
-    tl.store(out_ptr + out_offsets, acc.to(out_ptr.dtype.element_ty), mask=m_mask)
+    _epilogue(acc, out_ptr, out_offsets, m_mask, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr)
 
 
 @triton.jit
@@ -358,13 +367,14 @@ def _spatial3(values, fill):
 
 
 def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,), transposed=False,
-                 output_padding=(0,), groups=1, *, out_size=None, out_stride=None,
+                 output_padding=(0,), groups=1, *, out_size=None, out_stride=None, epilogue=(),
                  block_m=64, block_n=32, block_k=32, num_warps=4, num_stages=2, taps_loop=None,
                  channels_last=False):
     """``aten.convolution`` in Triton; the output gets ``out_size``/``out_stride`` where the
     compiled graph expects a particular layout, else it is contiguous.  ``taps_loop``: the taps
     kernel (True), the general one (False), or the taps kernel from 16 channels a group (None);
-    ``channels_last``: the taps kernel gathers from a channels-last copy of the input."""
+    ``channels_last``: the taps kernel gathers from a channels-last copy of the input;
+    ``epilogue``: up to six tensors, the ``ep*_ptr`` operands of ``_epilogue``."""
     dims = x.dim() - 2
     kernel = list(weight.shape[2:])
     stride, padding, dilation, output_padding = (
@@ -398,9 +408,10 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
                   BLOCK_M=block_m, num_warps=num_warps, num_stages=num_stages)
     sizes = (*_spatial3(x.shape[2:], 1), *_spatial3(spatial, 1), m_total, c_group)
     b_arg = bias if bias is not None else x
+    operands = (*epilogue, *[out] * (6 - len(epilogue)))  # what _epilogue does not read: any tensor
     if o_group == 1:  # depthwise: each output channel its own sum of taps (block_m positions a program)
         _conv_direct_kernel[(triton.cdiv(m_total, block_m), 1, groups)](
-            x, weight, b_arg, out, *sizes, *layouts, **shared)
+            x, weight, b_arg, out, *operands, *sizes, *layouts, **shared)
         return out
     # 16 channels a group or more: taps outermost, a tap's channels innermost (and, transposed, only
     # the taps each output's phase admits: see the kernel).  Fewer leave most of a product's depth
@@ -427,15 +438,15 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
         if channels_last:
             x = _channels_last(x)
             x_layout = _layout(x)
-        _conv_taps_kernel[grid](x, packed, b_arg, out, *sizes[:6], *quotients, m_phase, c_group, o_group,
-                                *x_layout, *out_layout, *geometry, IEEE=x.dtype == torch.float32,
+        _conv_taps_kernel[grid](x, packed, b_arg, out, *operands, *sizes[:6], *quotients, m_phase, c_group,
+                                o_group, *x_layout, *out_layout, *geometry, IEEE=x.dtype == torch.float32,
                                 CHANNELS_LAST=channels_last,
                                 BLOCK_N=block_n, BLOCK_K=block_k,
                                 TAP_STEP_D=steps[0], TAP_STEP_H=steps[1], TAP_STEP_W=steps[2],
                                 **shared)
         return out
     grid = (triton.cdiv(m_total, block_m), triton.cdiv(o_group, block_n), groups)
-    _conv_kernel[grid](x, weight, b_arg, out, c_in, *sizes, o_group, k_total, *layouts,
+    _conv_kernel[grid](x, weight, b_arg, out, *operands, c_in, *sizes, o_group, k_total, *layouts,
                        IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k, **shared)
     return out
 

@@ -7,7 +7,8 @@
 ``--operator seed_twin`` is no operator: its "child" is the twin a run now seeds before a derived
 seed (``evo.core.dot_precision.seed_kernels``: GEMM templates, and strict convolutions on the taps
 loop), timed beside that seed.  ``--twins``: the operators' parents are those twins, the seeds a run
-started today begins from, rather than the seeds the archive holds.
+started today begins from, rather than the seeds the archive holds; ``--current-library``: with
+this tree's convolution library (``evaluator/conv_kernel.py``) in place of the one they carry.
 
 For every seed (generation 0) in ``RUN_DIR``'s archive whose problem file is in ``--problems`` and
 that the operator applies to, the engine's evaluator (one process, one GPU, the run's tolerance or
@@ -31,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # precision_probe's library swap
 
 from evo.core.dot_precision import seed_kernels  # noqa: E402
 from evo.core.program import Program  # noqa: E402
@@ -62,6 +64,9 @@ def _operator(name: str, tolerance: str):
     """The offline operator ``name`` with its defaults (``conf/operator/<name>.yaml``'s)."""
     if name == "seed_twin":
         return _SeedTwin(tolerance)
+    if name == "fuse_epilogue":
+        from operators.fuse_epilogue import FuseEpilogue
+        return FuseEpilogue()
     if name == "persistent_tiles":
         from operators.persistent_tiles import PersistentTiles
         return PersistentTiles()
@@ -78,7 +83,7 @@ def _operator(name: str, tolerance: str):
         from operators.load_hints import LoadHints
         return LoadHints()
     raise SystemExit(f"unknown operator {name!r}: persistent_tiles, persistent_reduction, dot_precision, "
-                     "split_k, load_hints or seed_twin")
+                     "split_k, load_hints, fuse_epilogue or seed_twin")
 
 
 def _seeds(run: Path) -> list[tuple[str, str]]:
@@ -102,6 +107,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", default="", help="a substring of the task names")
     parser.add_argument("--twins", action="store_true", help="the operators' parents: the seeds' twins (see above)")
+    parser.add_argument("--current-library", action="store_true",
+                        help="the seeds' convolution library replaced by this tree's first (as a seed derived today)")
     parser.add_argument("--deadline", type=float, default=float("inf"), help="seconds; later pairs are skipped")
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--out", type=Path, required=True)
@@ -113,6 +120,9 @@ def main() -> None:
         problem = args.problems / f"{task}.py"
         if args.only not in task or not problem.exists():
             continue
+        if args.current_library:
+            from precision_probe import _current_library
+            source = _current_library(source) or source
         if args.twins:
             source = seed_kernels(source, tolerance)[0]
         parent = Program(id=0, task=task, island=0, generation=0, operator="seed", source=source)
