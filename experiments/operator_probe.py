@@ -64,6 +64,9 @@ def _operator(name: str, tolerance: str):
     """The offline operator ``name`` with its defaults (``conf/operator/<name>.yaml``'s)."""
     if name == "seed_twin":
         return _SeedTwin(tolerance)
+    if name == "split_reduction":
+        from operators.split_reduction import SplitReduction
+        return SplitReduction()
     if name == "fuse_epilogue":
         from operators.fuse_epilogue import FuseEpilogue
         return FuseEpilogue()
@@ -83,7 +86,7 @@ def _operator(name: str, tolerance: str):
         from operators.load_hints import LoadHints
         return LoadHints()
     raise SystemExit(f"unknown operator {name!r}: persistent_tiles, persistent_reduction, dot_precision, "
-                     "split_k, load_hints, fuse_epilogue or seed_twin")
+                     "split_k, load_hints, split_reduction, fuse_epilogue or seed_twin")
 
 
 def _seeds(run: Path) -> list[tuple[str, str]]:

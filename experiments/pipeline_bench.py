@@ -112,7 +112,7 @@ def overrides(args, setup: Setup, api_base: str, run_dir: Path) -> list[str]:
         "llm.model=openai/scripted", f"llm.api_base={api_base}", "llm.timeout_s=60",
         # Requests in flight are bounded per process: the local backend's islands share one.
         f"llm.max_in_flight={max(32, setup.islands * setup.per_island)}",
-        "operators.constants.weight=0", "operators.param_crossover.weight=0", "operators.dot_precision.weight=0", "operators.load_hints.weight=0", "operators.split_k.weight=0", "operators.persistent_tiles.weight=0", "operators.persistent_reduction.weight=0", "operators.fuse_epilogue.weight=0",
+        "operators.constants.weight=0", "operators.param_crossover.weight=0", "operators.dot_precision.weight=0", "operators.load_hints.weight=0", "operators.split_k.weight=0", "operators.persistent_tiles.weight=0", "operators.persistent_reduction.weight=0", "operators.split_reduction.weight=0", "operators.fuse_epilogue.weight=0",
         "operators.sweep.operator.max_children=0",
     ] + ([f"task.names=[{','.join(args.tasks)}]"] if args.tasks else [])
 

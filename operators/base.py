@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import abc
+import ast
 import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from evo.core.kernel_facts import top_level_kernels
+from evo.core.kernel_source import parse
 from evo.core.program import Program
 
 
@@ -63,3 +66,38 @@ class Operator(abc.ABC):
     @abc.abstractmethod
     def propose(self, context: Context, rng: np.random.Generator) -> Proposal:
         """Return a child of ``context.parent`` (never raise for a bad parent or model output)."""
+
+
+class KernelRewrite(Operator):
+    """An offline operator that rewrites one of the parent's top-level Triton kernels: those
+    :meth:`analyse` accepts are its candidates, one drawn per child; where it accepts none, the
+    reasons it gave for refusing the others are the proposal's note (else :attr:`nothing`)."""
+
+    nothing: str = "no kernel this operator rewrites"
+
+    @abc.abstractmethod
+    def analyse(self, tree: ast.Module, fn: ast.FunctionDef):
+        """What the rewrite needs of kernel ``fn``; a reason (str) where it must refuse a kernel of its
+        kind; None where ``fn`` is not of its kind at all."""
+
+    @abc.abstractmethod
+    def rewrite(self, source: str, found) -> Proposal:
+        """The child of ``source`` with the kernel ``found`` (an :meth:`analyse` result) rewritten."""
+
+    def candidates(self, source: str) -> tuple[list, list[str]]:
+        """The kernels this operator would rewrite, and why it refused any other of their kind."""
+        try:
+            tree = parse(source)
+        except SyntaxError:
+            return [], []
+        found = [self.analyse(tree, fn) for fn in top_level_kernels(tree)]
+        return [f for f in found if f is not None and not isinstance(f, str)], [f for f in found if isinstance(f, str)]
+
+    def applies_to(self, parent: Program) -> bool:
+        return bool(self.candidates(parent.source)[0])
+
+    def propose(self, context: Context, rng: np.random.Generator) -> Proposal:
+        found, refused = self.candidates(context.parent.source)
+        if not found:
+            return Proposal(self.name, None, "; ".join(refused) or self.nothing)
+        return self.rewrite(context.parent.source, found[int(rng.integers(len(found)))])

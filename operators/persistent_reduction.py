@@ -32,11 +32,9 @@ import ast
 import itertools
 from dataclasses import dataclass
 
-import numpy as np
-
-from evo.core.kernel_facts import grid_launches, top_level_kernels
+from evo.core.kernel_facts import grid_launches
 from evo.core.kernel_source import parse
-from operators.base import Context, Operator, Proposal
+from operators.base import KernelRewrite, Proposal
 
 _LOOPS = ("tl.range(0, r0_numel, R0_BLOCK)", "range(0, r0_numel, R0_BLOCK)")
 _COMPUTED_MASK = "r0_index < r0_numel"
@@ -118,10 +116,11 @@ def _reduction(tree: ast.Module, fn: ast.FunctionDef, max_block: int) -> _Reduct
     return _Reduction(fn, loops, n, block, calls, constants)
 
 
-class PersistentReduction(Operator):
+class PersistentReduction(KernelRewrite):
     """Make a looped reduction persistent: the whole row in one block (see the module's text)."""
 
     name = "persistent_reduction"
+    nothing = _NONE
 
     def __init__(self, *, max_block: int = 4096):
         """``max_block``: the longest row (r0_numel) made one block."""
@@ -129,24 +128,10 @@ class PersistentReduction(Operator):
             raise ValueError(f"max_block must be at least 1, not {max_block}")
         self.max_block = max_block
 
-    def candidates(self, source: str) -> tuple[list[_Reduction], list[str]]:
-        """The reductions this operator would rewrite, and why any other looped reduction was refused."""
-        try:
-            tree = parse(source)
-        except SyntaxError:
-            return [], []
-        found = [_reduction(tree, fn, self.max_block) for fn in top_level_kernels(tree)]
-        return [r for r in found if isinstance(r, _Reduction)], [r for r in found if isinstance(r, str)]
+    def analyse(self, tree: ast.Module, fn: ast.FunctionDef) -> _Reduction | str | None:
+        return _reduction(tree, fn, self.max_block)
 
-    def applies_to(self, parent) -> bool:
-        return bool(self.candidates(parent.source)[0])
-
-    def propose(self, context: Context, rng: np.random.Generator) -> Proposal:
-        source = context.parent.source
-        found, refused = self.candidates(source)
-        if not found:
-            return Proposal(self.name, None, "; ".join(refused) or _NONE)
-        reduction = found[int(rng.integers(len(found)))]
+    def rewrite(self, source: str, reduction: _Reduction) -> Proposal:
         child = persistent_source(source, reduction)
         if child is None:
             return Proposal(self.name, None, f"{reduction.kernel.name}: the rewrite did not parse")

@@ -28,11 +28,8 @@ import ast
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
-from evo.core.kernel_facts import grid_launches, top_level_kernels
-from evo.core.kernel_source import parse
-from operators.base import Context, Operator, Proposal
+from evo.core.kernel_facts import grid_launches
+from operators.base import KernelRewrite, Proposal
 
 _LOOP = "range(0, tl.cdiv(K, BLOCK_K))"
 _PID = re.compile(r"tl\.program_id\(0\)(?:\.to\((.+)\))?")
@@ -109,10 +106,11 @@ def _template(tree: ast.Module, fn: ast.FunctionDef) -> _Template | str | None:
     return None
 
 
-class PersistentTiles(Operator):
+class PersistentTiles(KernelRewrite):
     """Make a GEMM template persistent: programs loop over the output tiles (see the module's text)."""
 
     name = "persistent_tiles"
+    nothing = "no GEMM template (literal M and N, one program axis) that is not persistent already"
 
     def __init__(self, *, programs_per_sm: int = 1):
         """``programs_per_sm``: the child's first ``K<n>_PROGRAMS_PER_SM``, a power of two (the
@@ -122,26 +120,14 @@ class PersistentTiles(Operator):
         self.programs_per_sm = programs_per_sm
 
     def candidates(self, source: str) -> tuple[list[_Template], list[str]]:
-        """The templates this operator would rewrite, and why any other template was refused."""
-        try:
-            tree = parse(source)
-        except SyntaxError:
-            return [], []
         if not re.search(r"^import torch$", source, re.M):  # the launcher asks torch for the SM count
             return [], []
-        found = [_template(tree, fn) for fn in top_level_kernels(tree)]
-        return [t for t in found if isinstance(t, _Template)], [t for t in found if isinstance(t, str)]
+        return super().candidates(source)
 
-    def applies_to(self, parent) -> bool:
-        return bool(self.candidates(parent.source)[0])
+    def analyse(self, tree: ast.Module, fn: ast.FunctionDef) -> _Template | str | None:
+        return _template(tree, fn)
 
-    def propose(self, context: Context, rng: np.random.Generator) -> Proposal:
-        source = context.parent.source
-        found, refused = self.candidates(source)
-        if not found:
-            return Proposal(self.name, None, "; ".join(refused) or "no GEMM template (literal M and N, one "
-                                                                   "program axis) that is not persistent already")
-        template = found[int(rng.integers(len(found)))]
+    def rewrite(self, source: str, template: _Template) -> Proposal:
         child = persistent_source(source, template, self.programs_per_sm)
         return Proposal(self.name, child, f"{template.kernel.name}: persistent over its tiles, "
                                           f"{self.programs_per_sm} program(s) per SM to start")

@@ -24,8 +24,8 @@ def test_every_task_suite_builds(suite, tmp_path):
 
 def test_defaults_build_the_offline_search(tmp_path):
     c = build(cfg(f"run.dir={tmp_path}"))
-    assert [op.name for op in c.operators] == ["constants", "param_crossover", "dot_precision", "load_hints", "split_k", "persistent_tiles", "persistent_reduction", "fuse_epilogue", "sweep"] and c.llm is None
-    assert c.operators[2].tolerance == "strict" and c.run.sweep_children == 8 and c.weights[8] == 0
+    assert [op.name for op in c.operators] == ["constants", "param_crossover", "dot_precision", "load_hints", "split_k", "persistent_tiles", "persistent_reduction", "split_reduction", "fuse_epilogue", "sweep"] and c.llm is None
+    assert c.operators[2].tolerance == "strict" and c.run.sweep_children == 8 and c.weights[9] == 0
     assert build(cfg(f"run.dir={tmp_path}", "evaluator.tolerance=kernelbench")).operators[2].tolerance == "kernelbench"
     assert build(cfg(f"run.dir={tmp_path}", "operators.sweep.operator.max_children=0")).run.sweep_children == 0
     assert c.steering is None
@@ -37,7 +37,7 @@ def test_defaults_build_the_offline_search(tmp_path):
 def test_llm_model_enables_the_llm_operators(tmp_path):
     c = build(cfg(f"run.dir={tmp_path}", "llm.model=openai/x", "llm.api_base=http://127.0.0.1:1/v1"))
     names = [op.name for op in c.operators]
-    assert names == ["constants", "param_crossover", "dot_precision", "load_hints", "split_k", "persistent_tiles", "persistent_reduction", "fuse_epilogue", "sweep", "llm_rewrite", "llm_diff", "llm_crossover", "llm_repair",
+    assert names == ["constants", "param_crossover", "dot_precision", "load_hints", "split_k", "persistent_tiles", "persistent_reduction", "split_reduction", "fuse_epilogue", "sweep", "llm_rewrite", "llm_diff", "llm_crossover", "llm_repair",
                      "llm_seed"]
     assert all(op.client is c.llm for op in c.operators if op.needs_llm) and c.llm.api_base == "http://127.0.0.1:1/v1"
     assert c.weights[names.index("llm_repair")] == 0 and c.steering.repair_probability == 0.5
@@ -67,7 +67,7 @@ def test_llm_ensemble_budget_and_repair_come_from_config(tmp_path):
     c = build(cfg(f"run.dir={tmp_path}", "llm.model=[openai/a,openai/b]", "llm.budget.usd=2.5",
                   "llm.budget.calls=10", "operators.llm_repair.operator.probability=0",
                   "operators.constants.weight=0", "operators.param_crossover.weight=0",
-                  "operators.dot_precision.weight=0", "operators.load_hints.weight=0", "operators.split_k.weight=0", "operators.persistent_tiles.weight=0", "operators.persistent_reduction.weight=0", "operators.fuse_epilogue.weight=0"))
+                  "operators.dot_precision.weight=0", "operators.load_hints.weight=0", "operators.split_k.weight=0", "operators.persistent_tiles.weight=0", "operators.persistent_reduction.weight=0", "operators.split_reduction.weight=0", "operators.fuse_epilogue.weight=0"))
     assert c.llm.models == ["openai/a", "openai/b"] and c.steering.ensemble.models == c.llm.models
     assert (c.steering.budget.usd, c.steering.budget.calls, c.steering.budget.tokens) == (2.5, 10, None)
     assert "llm_repair" not in [op.name for op in c.operators] and not c.steering.offline_operators
@@ -95,7 +95,7 @@ def test_public_config_keys_exist():
     ("run.prepared_per_island=-1", "prepared_per_island must be >= 0"),
     ("task.names=[nope]", "no task named nope"),
     ("operators.constants.weight=0 operators.param_crossover.weight=0 operators.dot_precision.weight=0 operators.load_hints.weight=0 "
-     "operators.split_k.weight=0 operators.persistent_tiles.weight=0 operators.persistent_reduction.weight=0 operators.fuse_epilogue.weight=0", "no operator is enabled"),
+     "operators.split_k.weight=0 operators.persistent_tiles.weight=0 operators.persistent_reduction.weight=0 operators.split_reduction.weight=0 operators.fuse_epilogue.weight=0", "no operator is enabled"),
     ("operators.sweep.weight=1", "sweeps new elites: set its max_children"),
     ("llm.model=openai/x llm.budget.usd=-1", "llm.budget.usd must be >= 0"),
     ("llm.model=openai/x llm.max_in_flight=0", "max_in_flight must be positive"),

@@ -21,7 +21,7 @@ def test_search_with_ray_islands_and_an_llm_operator(tmp_path):
             [sys.executable, "-m", "evo.cli", "run", f"run.dir={run_dir}", "task=quick",
              "run.budget.evaluations=8", "evaluator.device=cpu", "islands.count=2",
              "islands.migration.interval=4", "llm.model=openai/scripted", f"llm.api_base={server.api_base}",
-             "operators.constants.weight=0", "operators.param_crossover.weight=0", "operators.dot_precision.weight=0", "operators.load_hints.weight=0", "operators.split_k.weight=0", "operators.persistent_tiles.weight=0", "operators.persistent_reduction.weight=0", "operators.fuse_epilogue.weight=0",
+             "operators.constants.weight=0", "operators.param_crossover.weight=0", "operators.dot_precision.weight=0", "operators.load_hints.weight=0", "operators.split_k.weight=0", "operators.persistent_tiles.weight=0", "operators.persistent_reduction.weight=0", "operators.split_reduction.weight=0", "operators.fuse_epilogue.weight=0",
              "operators.sweep.operator.max_children=0", "operators.llm_diff.weight=0",
              "operators.llm_crossover.weight=0", "operators.llm_rewrite.weight=1", "run.progress=false",
              "novelty.enabled=false"],  # each Variants reply adds one unused constant: a near-duplicate

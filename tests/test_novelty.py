@@ -305,7 +305,7 @@ def test_evo_run_with_an_llm_and_evo_status_say_what_novelty_rejection_saved(tmp
                   "evaluator.device=cpu", "run.progress=false", "islands.count=1", "run.budget.evaluations=2",
                   "llm.model=openai/scripted", f"llm.api_base={server.api_base}", "llm.retries=0",
                   "operators.constants.weight=0", "operators.param_crossover.weight=0",
-                  "operators.dot_precision.weight=0", "operators.load_hints.weight=0", "operators.split_k.weight=0", "operators.persistent_tiles.weight=0", "operators.persistent_reduction.weight=0", "operators.fuse_epilogue.weight=0", "operators.sweep.operator.max_children=0",
+                  "operators.dot_precision.weight=0", "operators.load_hints.weight=0", "operators.split_k.weight=0", "operators.persistent_tiles.weight=0", "operators.persistent_reduction.weight=0", "operators.split_reduction.weight=0", "operators.fuse_epilogue.weight=0", "operators.sweep.operator.max_children=0",
                   "operators.llm_crossover.weight=0", "operators.llm_repair.operator.probability=0")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     status = evo("status", f"run.dir={run_dir}")

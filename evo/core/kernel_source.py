@@ -4,7 +4,8 @@ Tunable constants are integer literals a kernel engineer would sweep: the
 module-level ``BLOCK_SIZE = 256`` / ``NUM_WARPS = 4`` / ``NUM_STAGES = 2``
 assignments of our seed kernels, and literal ``num_warps=``/``num_stages=``/
 ``BLOCK_*=`` keyword arguments at kernel launches; grid shape constants
-(``ROWS_PER_PROGRAM = 4``, ``NUM_PROGRAMS``, ``PROGRAMS_PER_SM``, ``GRID_*``, a GEMM's ``SPLIT_K``); switches between two
+(``ROWS_PER_PROGRAM = 4``, ``NUM_PROGRAMS``, ``PROGRAMS_PER_SM``, ``GRID_*``, a GEMM's ``SPLIT_K``, a
+reduction's ``SPLIT_R0``); switches between two
 code paths (``K0_USE_TAPS_LOOP = 1``: 1 or 0).  The offline mutation
 operator rewrites them and the archive's descriptors bucket them.
 """
@@ -21,7 +22,7 @@ _KINDS = (
     ("warps", re.compile(r"^(NUM_WARPS|num_warps|[A-Z0-9_]*_WARPS)$")),
     ("stages", re.compile(r"^(NUM_STAGES|num_stages|[A-Z0-9_]*_STAGES)$")),
     ("group", re.compile(r"^([A-Z0-9_]*GROUP_SIZE[A-Z0-9_]*|([A-Z0-9]+_)*GROUP_[MN])$")),
-    ("grid", re.compile(r"^([A-Z0-9_]+_PER_PROGRAM|NUM_PROGRAMS|([A-Z0-9]+_)*PROGRAMS_PER_SM|GRID_[A-Z0-9_]+|([A-Z0-9]+_)*SPLIT_K)$")),
+    ("grid", re.compile(r"^([A-Z0-9_]+_PER_PROGRAM|NUM_PROGRAMS|([A-Z0-9]+_)*PROGRAMS_PER_SM|GRID_[A-Z0-9_]+|([A-Z0-9]+_)*SPLIT_(K|R0))$")),
     ("block", re.compile(r"^(BLOCK[A-Z0-9_]*|[A-Z0-9_]*_BLOCK[A-Z0-9_]*|TILE[A-Z0-9_]*)$")),
 )
 
