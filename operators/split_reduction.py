@@ -223,7 +223,7 @@ class SplitReduction(KernelRewrite):
     name = "split_reduction"
     nothing = _NONE
 
-    def __init__(self, *, max_rows: int = 1024, min_row: int = 4096):
+    def __init__(self, *, max_rows: int = 128, min_row: int = 4096):
         """``max_rows``: split only reductions over at most this many rows; ``min_row``: each at least this long."""
         if max_rows < 1 or min_row < 2:
             raise ValueError("max_rows must be at least 1 and min_row at least 2")
