@@ -160,3 +160,16 @@ def test_a_buffer_written_elsewhere_keeps_the_output_where_it_is_read_again():
     reread = seed.replace("        del buf0\n", "        buf2 = buf0 + 1\n")
     applies, proposal = _child(reread)
     assert not applies and "read afterwards" in proposal.note
+
+
+def test_a_math_epilogue_gives_a_wide_tile_more_warps():
+    # tanh per element beside a 128 x 64 tile's accumulators: 4 warps hold 64 outputs a thread, 8 hold 32
+    conv = torch.nn.Conv2d(4, 64, 3, padding=1)  # 64 output channels: the seed's tile is 128 x 64 in 4 warps
+    seed = _seed(conv, (2, 4, 5, 6)).replace("tmp6 = tmp4 * tmp5", "tmp6 = libdevice.tanh(tmp4) * tmp5")
+    seed = seed.replace("from torch._inductor.runtime import triton_helpers",
+                        "from torch._inductor.runtime import triton_helpers\nfrom triton.language.extra import libdevice")
+    assert "K1_BLOCK_M = 128\nK1_BLOCK_N = 64\n" in seed and "K1_NUM_WARPS = 4\n" in seed
+    child = _child(seed)[1].source
+    assert "libdevice.tanh(tmp4)" in child.split("def _epilogue(")[1] and "K1_NUM_WARPS = 8\n" in child
+    # without the call the warps stay
+    assert "K1_NUM_WARPS = 4\n" in _child(_seed(conv, (2, 4, 5, 6)))[1].source
