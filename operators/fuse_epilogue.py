@@ -190,8 +190,8 @@ def _stored(kernel: ast.FunctionDef) -> set[str]:
     return {(_access(c) or ("",))[0] for c in _accesses(kernel) if ast.unparse(c.func) == "tl.store"}
 
 
-def _fusion(tree: ast.Module, source: str) -> _Fusion | str:
-    """The fusion this operator would make in ``source``, or why none."""
+def _fusion(tree: ast.Module) -> _Fusion | str:
+    """The fusion this operator would make in the module ``tree``, or why none."""
     library = _function(tree, "_epilogue")
     call_fn = _function(tree, "_call")
     convs = _conv_launchers(tree)
@@ -205,7 +205,7 @@ def _fusion(tree: ast.Module, source: str) -> _Fusion | str:
             if not (isinstance(stmt, ast.Assign) and _called(stmt) in convs and len(stmt.targets) == 1
                     and isinstance(stmt.targets[0], ast.Name)):
                 continue
-            found = _fusion_after(tree, block, i, source)
+            found = _fusion_after(tree, call_fn, block, i)
             if isinstance(found, _Fusion):
                 return found
             refusals.append(found)
@@ -230,7 +230,7 @@ def _dense_size(call: ast.Call) -> int | None:
     return expected
 
 
-def _fusion_after(tree: ast.Module, block: list[ast.stmt], i: int, source: str) -> _Fusion | str:
+def _fusion_after(tree: ast.Module, call_fn: ast.FunctionDef, block: list[ast.stmt], i: int) -> _Fusion | str:
     conv = block[i]
     numel = _dense_size(conv.value)
     if numel is None:
@@ -283,7 +283,9 @@ def _fusion_after(tree: ast.Module, block: list[ast.stmt], i: int, source: str) 
     body = _epilogue_body(kernel, at_output[0], others, numel)
     if isinstance(body, str):
         return body
-    later = [s for s in block[j + 1:] if not isinstance(s, ast.Delete)]
+    # every statement of _call after the launch (the return after an `if True:` block included)
+    later = [s for s in ast.walk(call_fn) if isinstance(s, ast.stmt) and s.lineno > consumer.end_lineno
+             and not isinstance(s, (ast.Delete, ast.If))]
     if at_output[0] not in _stored(kernel) and any(_names(s) & aliases for s in later):
         return f"{kernel.name}: it writes another buffer while the convolution's output is read afterwards"
     # operands allocated between the two move above the convolution
@@ -370,7 +372,7 @@ class FuseEpilogue(Operator):
             tree = parse(source)
         except SyntaxError:
             return _NONE
-        return _fusion(tree, source)
+        return _fusion(tree)
 
     def applies_to(self, parent) -> bool:
         return isinstance(self._found(parent.source), _Fusion)

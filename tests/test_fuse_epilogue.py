@@ -160,6 +160,11 @@ def test_a_buffer_written_elsewhere_keeps_the_output_where_it_is_read_again():
     reread = seed.replace("        del buf0\n", "        buf2 = buf0 + 1\n")
     applies, proposal = _child(reread)
     assert not applies and "read afterwards" in proposal.note
+    # returned after the `if True:` block is read afterwards too
+    returned = seed.replace("        del buf0\n", "").replace("    return (buf1, )", "    return (buf1, buf0)")
+    applies, proposal = _child(returned)
+    assert not applies and "read afterwards" in proposal.note
+    assert _child(seed)[0]  # as the converter writes it: the output deleted, not read
 
 
 def test_a_math_epilogue_gives_a_wide_tile_more_warps():
