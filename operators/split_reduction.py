@@ -42,6 +42,8 @@ _PROGRAMS = 264  # a first split that fills about two waves of an H100's 132 SMs
 _REDUCTIONS = {"tl.sum": ("+", ("0", "0.0"), "0.0"),
                "triton_helpers.max2": ("triton_helpers.maximum", ("float('-inf')",), "float('-inf')"),
                "triton_helpers.min2": ("triton_helpers.minimum", ("float('inf')",), "float('inf')")}
+# the row's indices and block: pass two keeps none of them
+_ROW_NAMES = {"r0_offset", "r0_index", "r0_mask", "R0_BLOCK", "RBLOCK", "r0_base", "rbase", "roffset", "rindex"}
 _NONE = "no looped reduction over few long rows (`for r0_offset in tl.range(0, r0_numel, R0_BLOCK)`, literal sizes)"
 
 
@@ -146,7 +148,7 @@ def _reduction(tree: ast.Module, fn: ast.FunctionDef, max_rows: int, min_row: in
     loop_only = _names(loop, ast.Store) - _names(ast.Module(before, []), ast.Store)
     if any(_names(s) & (loop_only - {a.name for a in accumulators}) for s in after):
         return f"{name}: code after the loop reads what only the loop computed"
-    if any(_names(s) & {"r0_offset", "r0_index", "r0_mask", "R0_BLOCK", "r0_base", "rbase"} for s in after):
+    if any(_names(s) & _ROW_NAMES for s in after):
         return f"{name}: code after the loop reads the row's indices"
     for launcher, stmt, call in grid_launches(tree, fn):
         keywords = {k.arg: ast.unparse(k.value) for k in call.keywords if k.arg}

@@ -123,6 +123,9 @@ def test_what_cannot_be_split_is_refused_with_its_reason():
     # a max accumulated by a sum
     applies, proposal = _child(_seed(MAX, update="_tmp2 + tmp1"))
     assert not applies and "updated other than" in proposal.note
+    # code after the loop that reads the row's block (pass two keeps no row index)
+    applies, proposal = _child(_seed().replace("    tmp4 = 1500.0\n", "    tmp4 = 1500.0 + RBLOCK * 0\n"))
+    assert not applies and "row's indices" in proposal.note
     # many rows, or short ones: nothing to split
     assert not _child(_seed(), max_rows=2)[0] and not _child(_seed(), min_row=4096)[0]
     # a second loop over the row (softmax's two passes)
