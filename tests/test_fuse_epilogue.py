@@ -1,14 +1,12 @@
 """Operator fuse_epilogue: the pointwise kernel after a seed's convolution folded into its epilogue.
 Parent and child run in Triton's interpreter on the CPU (compiled on a GPU) against PyTorch."""
-import numpy as np
 import pytest
 import torch
 
 from evaluator.conv_seed import CONV_LIBRARY, replace_convolutions
-from evo.core.program import Program
-from operators import Context
 from operators.fuse_epilogue import FuseEpilogue
-from tests.support.modules import load_module
+from tests.support.modules import load_source
+from tests.support.proposals import as_seed, child_of
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -91,16 +89,11 @@ def _call(args, device):
 
 
 def _run(source: str, tmp_path, name: str, args):
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    return load_module(path, name, compiled=DEVICE == "cuda")._call(args, DEVICE)[0]
+    return load_source(source, tmp_path, name, compiled=DEVICE == "cuda")._call(args, DEVICE)[0]
 
 
 def _child(source: str):
-    parent = Program(id=1, task="t", island=0, generation=1, operator="seed", source=source)
-    op = FuseEpilogue()
-    return op.applies_to(parent), op.propose(Context(task_name="t", task_source="", parent=parent),
-                                             np.random.default_rng(0))
+    return FuseEpilogue().applies_to(as_seed(source)), child_of(FuseEpilogue(), source)
 
 
 @pytest.mark.slow

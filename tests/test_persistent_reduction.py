@@ -2,15 +2,14 @@
 row fits one block made one pass over a block pinned in the kernel."""
 import ast
 
-import numpy as np
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
 from evo.core.kernel_source import find_tunables
 from evo.core.program import Program
-from operators import Context
 from operators.persistent_reduction import PersistentReduction
-from tests.support.modules import load_module
+from tests.support.modules import load_source
+from tests.support.proposals import ELEMENTWISE, as_seed, child_of
 
 _HEADER = '''import torch
 import torch.nn as nn
@@ -200,31 +199,16 @@ def _launch_0(in_ptr0, out_ptr0, xnumel, r0_numel):
     triton_red_fused_mul_sum_0[grid](in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK=K0_ROWS_PER_PROGRAM, R0_BLOCK=K0_BLOCK_R0, num_warps=K0_NUM_WARPS, num_stages=K0_NUM_STAGES)
 ''' + _model("_launch_0(x, out, 6, 256)", "torch.empty((6,), device=x.device)")
 
-POINTWISE = '''import torch
-import triton
-import triton.language as tl
-
-K0_BLOCK = 128
-
-
-@triton.jit
-def add(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, offsets < n) + 1, offsets < n)
-'''
-
-
 _CASES = [("log_softmax", LOG_SOFTMAX_TASK, LOG_SOFTMAX), ("mean_var", MEAN_VAR_TASK, MEAN_VAR),
           ("sum_squares", SUM_SQUARES_TASK, SUM_SQUARES)]
 
 
 def _program(source: str) -> Program:
-    return Program(id=1, task="reduction", island=0, generation=0, operator="seed", source=source)
+    return as_seed(source, "reduction")
 
 
 def _child(source: str, seed: int = 0, **kwargs):
-    context = Context(task_name="reduction", task_source=LOG_SOFTMAX_TASK, parent=_program(source))
-    return PersistentReduction(**kwargs).propose(context, np.random.default_rng(seed))
+    return child_of(PersistentReduction(**kwargs), source, task="reduction", task_source=LOG_SOFTMAX_TASK, seed=seed)
 
 
 def _kernel(source: str) -> ast.FunctionDef:
@@ -297,7 +281,7 @@ def test_rows_beyond_one_block_unproven_masks_and_other_kernels_get_no_child():
     # a power of two keeps an all-true mask: the child's block is the row
     assert PersistentReduction().applies_to(_program(SUM_SQUARES))
     # no looped reduction at all, or one made persistent already
-    for source in (POINTWISE, "x = 1\n", "def broken(:\n", _child(LOG_SOFTMAX).source):
+    for source in (ELEMENTWISE, "x = 1\n", "def broken(:\n", _child(LOG_SOFTMAX).source):
         assert not PersistentReduction().applies_to(_program(source))
         proposal = _child(source)
         assert proposal.source is None and proposal.note.startswith("no looped reduction")
@@ -325,8 +309,6 @@ def test_persistent_children_compile_and_are_correct_on_a_gpu(tmp_path):
     for task, task_source, parent in _CASES:
         reference = {}
         exec(task_source, reference)
-        path = tmp_path / f"persistent_reduction_{task}.py"
-        path.write_text(_child(parent).source)
-        module = load_module(path)
+        module = load_source(_child(parent).source, tmp_path, f"persistent_reduction_{task}")
         x = reference["get_inputs"]()[0].cuda()
         torch.testing.assert_close(module.ModelNew()(x), reference["Model"]()(x), atol=1e-4, rtol=1e-4)

@@ -2,7 +2,6 @@
 SM, each looping over output tiles with the template's own body."""
 import ast
 
-import numpy as np
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
@@ -10,9 +9,9 @@ from evaluator.compile_seed import seed_from_inductor
 from evo.core.kernel_source import find_tunables
 from evo.core.program import Program
 from evo.core.task import load_tasks
-from operators import Context
 from operators.persistent_tiles import PersistentTiles
-from tests.support.modules import load_module
+from tests.support.modules import load_source
+from tests.support.proposals import ELEMENTWISE, as_seed, child_of
 from tests.test_compile_seed import DATA, MATMUL_INPUTS
 
 # 100 x 72 by K = 96: neither extent a multiple of the tile, so the template's masks matter.
@@ -48,12 +47,11 @@ def _seed(m=100, n=72, k=96, block_m=16, block_n=16) -> str:
 
 
 def _program(source: str) -> Program:
-    return Program(id=1, task="mm", island=0, generation=0, operator="seed", source=source)
+    return as_seed(source, "mm")
 
 
 def _child(source: str, seed: int = 0, **kwargs):
-    return PersistentTiles(**kwargs).propose(Context(task_name="mm", task_source=TASK, parent=_program(source)),
-                                             np.random.default_rng(seed))
+    return child_of(PersistentTiles(**kwargs), source, task="mm", task_source=TASK, seed=seed)
 
 
 def _kernel(source: str) -> ast.FunctionDef:
@@ -93,19 +91,7 @@ def test_a_gemm_template_becomes_a_loop_over_tiles_with_a_tunable_programs_per_s
 
 
 def test_no_template_or_a_persistent_one_or_a_return_after_pid_get_no_child():
-    plain = '''import torch
-import triton
-import triton.language as tl
-
-K0_BLOCK = 128
-
-
-@triton.jit
-def add(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, offsets < n) + 1, offsets < n)
-'''
-    for source in (plain, "x = 1\n", "def broken(:\n", _child(_seed()).source):
+    for source in (ELEMENTWISE, "x = 1\n", "def broken(:\n", _child(_seed()).source):
         assert not PersistentTiles().applies_to(_program(source))
         assert _child(source).source is None
     # inside the loop a return would drop the program's remaining tiles
@@ -142,9 +128,8 @@ def test_persistent_children_compile_and_are_correct_on_a_gpu(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     for programs_per_sm in (1, 4):
-        path = tmp_path / f"persistent_child_{programs_per_sm}.py"
-        path.write_text(_child(_seed(), programs_per_sm=programs_per_sm).source)
-        module = load_module(path)
+        module = load_source(_child(_seed(), programs_per_sm=programs_per_sm).source, tmp_path,
+                             f"persistent_child_{programs_per_sm}")
         a = torch.randn(100, 96, dtype=torch.float16, device="cuda")
         b = torch.randn(96, 72, dtype=torch.float16, device="cuda")
         out = module.ModelNew().cuda()(a, b)

@@ -2,7 +2,6 @@
 partial tiles over runs of K into a workspace, then their sum and the template's epilogue."""
 import ast
 
-import numpy as np
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
@@ -10,9 +9,9 @@ from evaluator.compile_seed import seed_from_inductor
 from evo.core.kernel_source import find_tunables
 from evo.core.program import Program
 from evo.core.task import load_tasks
-from operators import Context
 from operators.split_k import SplitK
-from tests.support.modules import load_module
+from tests.support.modules import load_source
+from tests.support.proposals import child_of
 from tests.test_compile_seed import DATA, MATMUL_INPUTS
 
 # A product with one 64 x 32 output tile and K = 1024: the template walks K in one program.
@@ -52,8 +51,7 @@ def _seed(m=64, n=32, k=1024, even_k=False, relu=False) -> str:
 
 
 def _child(source: str, seed: int = 0):
-    parent = Program(id=1, task="mm", island=0, generation=0, operator="seed", source=source)
-    return SplitK().propose(Context(task_name="mm", task_source=TASK, parent=parent), np.random.default_rng(seed))
+    return child_of(SplitK(), source, task="mm", task_source=TASK, seed=seed)
 
 
 def test_a_gemm_with_few_tiles_and_a_long_k_is_split_with_a_tunable_split():
@@ -119,9 +117,7 @@ def test_split_children_compile_and_are_correct_on_a_gpu(tmp_path):
     import torch
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    path = tmp_path / "split_k_child.py"
-    path.write_text(_child(_seed()).source)
-    module = load_module(path)
+    module = load_source(_child(_seed()).source, tmp_path, "split_k_child")
     a = torch.randn(64, 1024, dtype=torch.float16, device="cuda")
     b = torch.randn(1024, 32, dtype=torch.float16, device="cuda")
     out = module.ModelNew().cuda()(a, b)

@@ -1,14 +1,12 @@
 """Operator split_reduction: a looped reduction's few long rows split across programs in two passes.
 Parent and child run in Triton's interpreter on the CPU (compiled on a GPU)."""
-import numpy as np
 import pytest
 import torch
 
 from evo.core.kernel_source import find_tunables
-from evo.core.program import Program
-from operators import Context
 from operators.split_reduction import SplitReduction
-from tests.support.modules import load_module
+from tests.support.modules import load_source
+from tests.support.proposals import as_seed, child_of
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ROWS, ROW = 3, 1500
@@ -77,16 +75,12 @@ def _seed(kind=SUM, rows=ROWS, row=ROW, **changes) -> str:
 
 
 def _child(source: str, **settings):
-    parent = Program(id=1, task="t", island=0, generation=1, operator="seed", source=source)
     op = SplitReduction(**{"min_row": 1024, **settings})  # rows short enough for the interpreter
-    return op.applies_to(parent), op.propose(Context(task_name="t", task_source="", parent=parent),
-                                             np.random.default_rng(0))
+    return op.applies_to(as_seed(source)), child_of(op, source)
 
 
 def _run(source: str, tmp_path, name: str, x):
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    return load_module(path, name, compiled=DEVICE == "cuda")._call(x)
+    return load_source(source, tmp_path, name, compiled=DEVICE == "cuda")._call(x)
 
 
 @pytest.mark.parametrize("kind, expected, split", [

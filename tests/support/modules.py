@@ -19,3 +19,10 @@ def load_module(path: Path, name: str | None = None, *, compiled: bool = True):
         if saved is not None:
             os.environ["TRITON_INTERPRET"] = saved
     return module
+
+
+def load_source(source: str, directory: Path, name: str, *, compiled: bool = True):
+    """``source`` written to ``directory/<name>.py`` and loaded as :func:`load_module` loads it."""
+    path = Path(directory) / f"{name}.py"
+    path.write_text(source)
+    return load_module(path, name, compiled=compiled)
