@@ -87,6 +87,36 @@ def test_a_graph_that_calls_cublas_gives_no_seed():
 MATMUL_INPUTS = [*sizes("A"), "L['B'].size()[1]", "L['B']"]
 
 
+def gemm_template(m: int, n: int, k: int) -> str:
+    """Inductor's fp16 GEMM template (captured on an H200) compiled for fixed extents, as inductor
+    compiles KernelBench's fixed shapes (``M = 16384`` where it read ``ks0``)."""
+    code = (DATA / "matmul_fp16_template.py.txt").read_text()
+    for i, (name, value) in enumerate((("M", m), ("N", n), ("K", k))):
+        code = code.replace(f"    {name} = ks{i}\n", f"    {name} = {value}\n")
+    return code
+
+
+def matmul_task(m: int, k: int, n: int) -> str:
+    """A task multiplying an fp16 (m, k) matrix by a (k, n) one."""
+    return f'''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+
+def get_inputs():
+    return [torch.randn({m}, {k}, dtype=torch.float16), torch.randn({k}, {n}, dtype=torch.float16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
 def test_a_gemm_template_becomes_a_seed_whose_tile_is_tunable():
     task = load_tasks("default", names=["matmul_fp16"])[0]
     code = (DATA / "matmul_fp16_template.py.txt").read_text()  # max-autotune over Triton GEMM configurations

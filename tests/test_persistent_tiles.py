@@ -12,34 +12,16 @@ from evo.core.task import load_tasks
 from operators.persistent_tiles import PersistentTiles
 from tests.support.modules import load_source
 from tests.support.proposals import ELEMENTWISE, as_seed, child_of
-from tests.test_compile_seed import DATA, MATMUL_INPUTS
+from tests.test_compile_seed import MATMUL_INPUTS, gemm_template, matmul_task
 
 # 100 x 72 by K = 96: neither extent a multiple of the tile, so the template's masks matter.
-TASK = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, A, B):
-        return torch.matmul(A, B)
-
-
-def get_inputs():
-    return [torch.randn(100, 96, dtype=torch.float16), torch.randn(96, 72, dtype=torch.float16)]
-
-
-def get_init_inputs():
-    return []
-'''
+TASK = matmul_task(100, 96, 72)
 
 
 def _seed(m=100, n=72, k=96, block_m=16, block_n=16) -> str:
     """Inductor's fp16 GEMM template (captured on an H200) for fixed extents, as a seed: 16 x 16
     tiles make 7 x 5 = 35 of them, several per program on the interpreter's 4 "SMs"."""
-    code = (DATA / "matmul_fp16_template.py.txt").read_text()
-    code = code.replace("    M = ks0\n", f"    M = {m}\n").replace("    N = ks1\n", f"    N = {n}\n")
-    code = code.replace("    K = ks2\n", f"    K = {k}\n")
+    code = gemm_template(m, n, k)
     source = seed_from_inductor(code, MATMUL_INPUTS, load_tasks("default", names=["matmul_fp16"])[0].source)
     source = source.replace("K0_BLOCK_M = 64", f"K0_BLOCK_M = {block_m}")
     source = source.replace("K0_BLOCK_N = 32", f"K0_BLOCK_N = {block_n}")

@@ -12,33 +12,15 @@ from evo.core.task import load_tasks
 from operators.split_k import SplitK
 from tests.support.modules import load_source
 from tests.support.proposals import child_of
-from tests.test_compile_seed import DATA, MATMUL_INPUTS
+from tests.test_compile_seed import DATA, MATMUL_INPUTS, gemm_template, matmul_task
 
 # A product with one 64 x 32 output tile and K = 1024: the template walks K in one program.
-TASK = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, A, B):
-        return torch.matmul(A, B)
-
-
-def get_inputs():
-    return [torch.randn(64, 1024, dtype=torch.float16), torch.randn(1024, 32, dtype=torch.float16)]
-
-
-def get_init_inputs():
-    return []
-'''
+TASK = matmul_task(64, 1024, 32)
 
 
 def _seed(m=64, n=32, k=1024, even_k=False, relu=False) -> str:
     """Inductor's fp16 GEMM template (captured on an H200) compiled for fixed extents, as a seed."""
-    code = (DATA / "matmul_fp16_template.py.txt").read_text()
-    code = code.replace("    M = ks0\n", f"    M = {m}\n").replace("    N = ks1\n", f"    N = {n}\n")
-    code = code.replace("    K = ks2\n", f"    K = {k}\n")
+    code = gemm_template(m, n, k)
     if relu:  # an epilogue fused into the template: right only if it sees the whole sum over K
         code = code.replace("[BLOCK_M, BLOCK_N])), acc, mask)", "[BLOCK_M, BLOCK_N])), tl.maximum(acc, 0.0), mask)")
     if even_k:  # specialised to K divisible by BLOCK_K: no masks along K, BLOCK_K pinned
