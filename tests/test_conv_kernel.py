@@ -256,3 +256,30 @@ def test_switched_to_the_general_loop_a_convolution_of_many_channels_is_still_ri
     with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # as references run
         expected = module(x)
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("offsets_32", [True, False])
+@pytest.mark.parametrize("case", [
+    # the general kernel: no padding (no bounds checked), padded along some dimensions, transposed at
+    # stride 1 (bounds on both sides) and with a stride (each element's phase), 1 to 3 dimensions
+    (lambda: torch.nn.Conv3d(3, 5, (2, 3, 3), stride=(1, 2, 3), dilation=(2, 1, 1)), (2, 3, 5, 8, 10)),
+    (lambda: torch.nn.Conv1d(2, 4, 3, stride=2), (3, 2, 11)),
+    (lambda: torch.nn.Conv2d(4, 6, (3, 2), padding=(1, 0), groups=2), (2, 4, 6, 5)),
+    (lambda: torch.nn.ConvTranspose2d(3, 4, (2, 3), dilation=(1, 2), padding=(0, 1)), (2, 3, 4, 5)),
+    (lambda: torch.nn.ConvTranspose1d(4, 2, 3, stride=2, padding=1, output_padding=1, groups=2), (2, 4, 6)),
+])
+def test_the_general_kernel_gathers_in_int32_or_int64_alike(conv, case, offsets_32, monkeypatch):
+    convolution, device = conv
+    monkeypatch.setitem(convolution.__globals__, "_INT32_SPAN", 2 ** 30 if offsets_32 else 0)
+    make, shape = case
+    torch.manual_seed(0)
+    module = make().to(device)
+    x = torch.randn(shape, device=device)
+    transposed = isinstance(module, TRANSPOSED)
+    out = convolution(x, module.weight.detach(), module.bias.detach(), module.stride, module.padding, module.dilation,
+                      transposed, module.output_padding if transposed else (0,), module.groups,
+                      block_m=16, block_n=16, block_k=16, taps_loop=False)
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # as references run
+        expected = module(x)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
