@@ -54,6 +54,7 @@ def counts(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> 
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    constants = {k: v for k, v in constants.items() if k in kernel.arg_names}  # an older kernel takes fewer
     signature = {n: "constexpr" if n in constants else "*fp32" if n.endswith("_ptr") else "i32"
                  for n in kernel.arg_names}
     # As at a launch, where Triton marks the pointers and the integers divisible by 16 (here: the
@@ -97,11 +98,17 @@ GEOMETRY = dict(stride_d=1, stride_h=1, stride_w=1, pad_d=0, pad_h=0, pad_w=0, d
 TILE = dict(KD=1, KH=3, KW=5, HAS_BIAS=False, IEEE=True, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)
 # the taps kernel's admitted taps, this far apart, and its gather (NCHW unless a case says otherwise)
 STEPS = dict(TAP_STEP_D=1, TAP_STEP_H=1, TAP_STEP_W=1, CHANNELS_LAST=False)
+# how the general kernel finds a tap's input, as _convolution launches it (evaluator/conv_launch.py:
+# per element where transposed with a stride, else a row's offset plus a tap's, bounds checked where a
+# tap can leave the input, in int32); older kernels take none of these
+UNPADDED = dict(PHASED=False, CHECK_D=False, CHECK_H=False, CHECK_W=False, OFFSETS_32=True)
 CASES = {  # name: (kernel, constexprs beyond the tile); strides are runtime arguments in older kernels
-    "regular, stride 1": ("_conv_kernel", dict(TRANSPOSED=False, **GEOMETRY)),
-    "transposed, stride 1": ("_conv_kernel", dict(TRANSPOSED=True, **GEOMETRY)),
+    "regular, stride 1": ("_conv_kernel", dict(TRANSPOSED=False, **GEOMETRY, **UNPADDED)),
+    "transposed, stride 1": ("_conv_kernel", dict(TRANSPOSED=True, **GEOMETRY, **dict(
+        UNPADDED, CHECK_D=True, CHECK_H=True, CHECK_W=True))),
     "transposed, stride 2": ("_conv_kernel", dict(TRANSPOSED=True, **dict(GEOMETRY, stride_h=2, stride_w=2,
-                                                                           pad_h=1, pad_w=1))),
+                                                                           pad_h=1, pad_w=1), **dict(
+        UNPADDED, PHASED=True))),
     "regular, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=False, **GEOMETRY, **STEPS)),
     "transposed, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **GEOMETRY, **STEPS)),
     "transposed, stride 2, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **dict(
