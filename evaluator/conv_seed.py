@@ -2,7 +2,7 @@
 
 ``evaluator.compile_seed`` turns inductor's output into a seed; where that output calls cuDNN
 (``bufN = extern_kernels.convolution(x, w, stride=..., ...)``), each call becomes a launch of
-``evaluator.conv_kernel._convolution`` (whose text the seed carries: :data:`CONV_LIBRARY`) with
+``evaluator.conv_launch._convolution`` (whose text, with its kernels', the seed carries: :data:`CONV_LIBRARY`) with
 its own tunable constants: the tile it starts from (:func:`seed_tile`, by the weight's shape
 where inductor's wrapper states it) and, where the convolution could run either reduction loop,
 a switch between them.
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
-# what a seed carries of evaluator/conv_kernel.py: everything below its "# --- seed ---" line
-CONV_LIBRARY = Path(__file__).with_name("conv_kernel.py").read_text().split("# --- seed ---\n", 1)[1].strip() + "\n"
+from evaluator import conv_library
+
+# what a seed carries of the convolution: evaluator/conv_kernel.py's kernels, then conv_launch.py's host side
+CONV_LIBRARY = conv_library.seed_text()
 _CONVOLUTION = re.compile(r"^(\s*)(\w+) = extern_kernels\.convolution\((.*)\)\s*$")
 
 
@@ -136,7 +137,7 @@ def _strided(args: str) -> bool:
 def replace_convolutions(lines: list[str], first_index: int, precision: str = "ieee"
                          ) -> tuple[list[str], list[str], list[str]]:
     """Inductor's calls into cuDNN (``bufN = extern_kernels.convolution(x, w, stride=..., ...)``)
-    replaced by launches of the Triton convolution (``evaluator.conv_kernel``), its products in
+    replaced by launches of the Triton convolution (``evaluator.conv_launch``), its products in
     ``precision``: the wrapper's lines, and per call site its tunable constants and launcher
     (numbered from ``first_index``)."""
     out, constants, launchers = [], [], []

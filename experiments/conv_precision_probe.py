@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-import evaluator.conv_kernel as conv_kernel
+import evaluator.conv_launch as conv_launch
+from evaluator.conv_library import module_text
 
 VARIANTS = {
     "fp64 sum": [("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)"),
@@ -33,7 +34,7 @@ VARIANTS = {
 
 
 def variant(name: str):
-    text = Path(conv_kernel.__file__).read_text()
+    text = module_text()
     for old, new in VARIANTS[name]:
         assert old in text, old
         text = text.replace(old, new)
@@ -58,7 +59,7 @@ def main() -> None:
              ("level1/61 ConvTranspose3d 48->48 k3", nn.ConvTranspose3d(48, 48, 3), (2, 48, 24, 24, 24)),
              ("level1/63 Conv2d 16->128 k3", nn.Conv2d(16, 128, 3), (2, 16, 256, 256)),
              ("level1/55 Conv2d 64->128 k3", nn.Conv2d(64, 128, 3), (2, 64, 128, 256))]
-    kernels = {"seed": conv_kernel._convolution, **{name: variant(name) for name in VARIANTS}}
+    kernels = {"seed": conv_launch._convolution, **{name: variant(name) for name in VARIANTS}}
     print("| case | scale | cuDNN vs fp64 | " + " | ".join(f"{k} vs fp64 | {k} vs cuDNN" for k in kernels) + " |")
     for label, module, shape in cases:
         module = module.cuda()

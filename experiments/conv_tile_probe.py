@@ -11,6 +11,7 @@ and wrong shows.
     # two versions of the library side by side, each with the tile a seed starts from:
     python3 experiments/conv_tile_probe.py .kbsrc/search --out $OUT/ab.json --seed-tile \
         --library before=.kbsrc/conv_kernel_before.py --library now=evaluator/conv_kernel.py
+    # a version for a later A/B: python3 -m evaluator.conv_library > .kbsrc/conv_kernel_before.py
 
 Medians of ``triton.testing.do_bench`` (L2 flushed between runs), one process, one GPU.
 """
@@ -28,6 +29,7 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from evaluator.conv_library import library_source  # noqa: E402
 from evaluator.conv_seed import seed_tile  # noqa: E402
 
 # block_m, block_n, block_k, num_warps, num_stages; the first is the seeds' default today
@@ -44,9 +46,9 @@ HERE = Path(__file__).parents[1] / "evaluator" / "conv_kernel.py"
 
 
 def library(precision: str, path: Path = HERE, label: str = "now"):
-    """``path`` (a version of ``evaluator/conv_kernel.py``) with its fp32 dots in ``precision``, as a
-    module of its own file."""
-    source = Path(path).read_text()
+    """``path`` (a version of the library: this tree's ``evaluator/conv_kernel.py`` stands for the whole
+    of it, ``evaluator.conv_library``) with its fp32 dots in ``precision``, as a module of its own file."""
+    source = library_source(Path(path))
     if precision != "ieee":
         source = source.replace('input_precision="ieee"', f'input_precision="{precision}"')
     path = Path(tempfile.mkdtemp()) / f"conv_{label}_{precision}.py"
@@ -93,14 +95,20 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="file name prefixes")
     parser.add_argument("--deadline", type=float, default=500.0, help="seconds; the rest is skipped")
     parser.add_argument("--library", action="append", default=None,
-                        help="LABEL=PATH, a version of evaluator/conv_kernel.py (repeatable; default: this one)")
+                        help="LABEL=PATH, a version of the library (repeatable; default: this tree's, "
+                             "evaluator/conv_kernel.py standing for the whole of it)")
     parser.add_argument("--precisions", default="ieee,tf32x3")
     parser.add_argument("--tolerance", choices=("strict", "kernelbench"), default="strict",
                         help="strict: cuDNN without TF32, a variant counts within 1e-4 of its output; kernelbench: "
                              "cuDNN in PyTorch's defaults (TF32), within 1e-2 (TF32 variants count)")
     parser.add_argument("--seed-tile", action="store_true",
                         help="only the tile a seed starts from (evaluator.conv_seed.seed_tile), not the grid")
+    parser.add_argument("--tile", action="append", default=None, metavar="M,N,K,WARPS,STAGES",
+                        help="tiles of your own in place of the grid (repeatable); the first stands as the default")
     args = parser.parse_args()
+    own = [tuple(int(v) for v in spec.split(",")) for spec in args.tile] if args.tile else None
+    if own and any(len(tile) != 5 for tile in own):
+        parser.error("--tile takes five numbers: block_m,block_n,block_k,num_warps,num_stages")
     torch.backends.cudnn.allow_tf32 = args.tolerance == "kernelbench"  # PyTorch's default is True
     torch.backends.cuda.matmul.allow_tf32 = False
     bound = 1e-2 if args.tolerance == "kernelbench" else 1e-4
@@ -129,7 +137,7 @@ def main() -> None:
                 row = {"problem": path.stem, "conv": index, "module": repr(module)[:160],
                        "input": list(x.shape), "cudnn_ms": cudnn_ms, "tiles": []}
                 tiles = [seed_tile(tuple(module.weight.shape), transposed(module), module.groups)] if args.seed_tile \
-                    else DIRECT_TILES if direct else TILES
+                    else own or (DIRECT_TILES if direct else TILES)
                 for (label, precision), lib in libs.items():
                     for tile in tiles:
                         call = run_tile(lib, module, x, tile)

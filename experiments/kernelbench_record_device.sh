@@ -3,7 +3,8 @@
 # device lacks installed from the carried .whl/ (bash ../shared/device/wheelhouse.sh), then
 # kernelbench_search.sh with both tolerances side by side, 20 children a problem, each run
 # resumed from $RUNS or, on a fresh machine, from $KEEP/<label>.tar.gz (a call before's, carried).
-#   carry: [".whl", ".kbsrc", "$KEEP"]; .kbsrc/search from `kernelbench_search.py draw`
+#   carry: [".whl", ".kbsrc", "$KEEP"]; .kbsrc/search from `kernelbench_search.py draw`; BACKEND=ray
+#   (the engine's default) where SEARCHES holds one search: Ray runs one local cluster a machine
 #   SEARCHES="strict=0,1 kernelbench=2,3" KEEP=.kbruns RUNS=/tmp/kbs BUDGET_S=570 \
 #       bash experiments/kernelbench_record_device.sh
 # A run spread over sessions: commit each call's $OUT/<label>.tar.gz (a few MB once its archive is
@@ -14,5 +15,5 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=$PWD:/tmp/site LITELLM_LOCAL_MODEL_COST_MAP=True
 nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/gpus.txt"
 OUT=$OUT TASKS=${TASKS:-.kbsrc/search} SEARCHES="${SEARCHES:-strict=0,1 kernelbench=2,3}" KEEP=${KEEP:-} \
-    RUNS=${RUNS:-/tmp/kbs} LIMIT=$((${BUDGET_S:-570} - SECONDS)) PER_TASK=${PER_TASK:-20} BACKEND=local \
+    RUNS=${RUNS:-/tmp/kbs} LIMIT=$((${BUDGET_S:-570} - SECONDS)) PER_TASK=${PER_TASK:-20} BACKEND=${BACKEND:-local} \
     bash "$(dirname "$0")/kernelbench_search.sh"

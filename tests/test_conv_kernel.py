@@ -1,23 +1,22 @@
-"""The seeds' Triton convolution (evaluator/conv_kernel.py) against PyTorch's, in Triton's
-interpreter, and the tile a seed starts from (evaluator.compile_seed)."""
+"""The seeds' Triton convolution (evaluator/conv_kernel.py's kernels launched by conv_launch.py, as
+one module: what a seed carries) against PyTorch's, in Triton's interpreter, and the tile a seed
+starts from (evaluator.compile_seed)."""
 import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from evaluator.conv_seed import _convolution_shape, replace_convolutions, seed_tile
+from evaluator import conv_library
+from evaluator.conv_seed import CONV_LIBRARY, _convolution_shape, replace_convolutions, seed_tile
 from evo.core.kernel_source import find_tunables, with_values
 from tests.support.modules import load_module
 
 TRANSPOSED = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 
 
-LIBRARY = Path(__file__).parents[1] / "evaluator" / "conv_kernel.py"
-
-
 def _load(path: Path, name: str):
-    """A version of ``conv_kernel.py`` as a module: compiled for the GPU where there is one (the
+    """A version of the library as a module: compiled for the GPU where there is one (the
     suite's interpreter setting lifted while its kernels are made), else in Triton's interpreter."""
     on_gpu = torch.cuda.is_available()
     if not (on_gpu or os.environ.get("TRITON_INTERPRET") == "1"):
@@ -26,9 +25,11 @@ def _load(path: Path, name: str):
 
 
 @pytest.fixture(scope="module")
-def conv():
-    """``_convolution`` and the device it runs on."""
-    return _load(LIBRARY, "conv_kernel_under_test")._convolution, "cuda" if torch.cuda.is_available() else "cpu"
+def conv(tmp_path_factory):
+    """``_convolution`` and the device it runs on, loaded from the library's text as seeds carry it."""
+    path = tmp_path_factory.mktemp("conv") / "conv_library_under_test.py"
+    path.write_text(conv_library.module_text())
+    return _load(path, "conv_library_under_test")._convolution, "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.mark.slow
@@ -153,7 +154,8 @@ def test_the_channels_last_copy_keeps_every_value_with_the_channels_innermost(co
 def test_the_channels_last_copy_stays_whole_at_any_tile_the_search_gives_it(tmp_path, block_c, block_s):
     # the copy's BLOCK_C and BLOCK_S are tunables to the search (a seed carries them as literals);
     # its grid must follow them, or part of the copy is never written (section 17's NaN children)
-    header, library = LIBRARY.read_text().split("# --- seed ---\n", 1)
+    library = conv_library.seed_text()
+    header = conv_library.module_text()[:-len(library)]
     tunables = {t.name: t for t in find_tunables(library)}
     assert set(tunables) == {"BLOCK_C", "BLOCK_S"}
     path = tmp_path / "conv_moved.py"
@@ -283,3 +285,19 @@ def test_the_general_kernel_gathers_in_int32_or_int64_alike(conv, case, offsets_
     with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # as references run
         expected = module(x)
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_the_library_a_seed_carries_is_the_kernels_then_their_launch(tmp_path):
+    text = conv_library.seed_text()
+    assert text == CONV_LIBRARY and "from evaluator" not in text  # a seed runs it under its own imports
+    assert text.index("def _conv_kernel(") < text.index("def _conv_taps_kernel(") < text.index("def _convolution(")
+    assert text.endswith("return count\n")  # where experiments/precision_probe.py's _current_library ends it
+    path = tmp_path / "conv_library_alone.py"
+    path.write_text(conv_library.module_text())
+    assert callable(load_module(path, "conv_library_alone", compiled=False)._convolution)  # self-contained
+    # a probe's version of the library: this tree's parts stand for the whole; any other file for itself
+    for part in conv_library.PARTS:
+        assert conv_library.library_source(part) == conv_library.module_text()
+    older = tmp_path / "conv_kernel_before.py"
+    older.write_text("def _convolution(*args):\n    pass\n")
+    assert conv_library.library_source(older) == older.read_text()

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from evaluator import Evaluator, EvaluatorSettings, Preparation, Status
 from evaluator.compile_seed import NoSeed, seed_from_inductor
 from evaluator.conv_seed import replace_convolutions
-from evaluator.conv_kernel import _convolution
+from evaluator.conv_launch import _convolution
 from evaluator.fp32_precision import convolution_precision
 from evaluator.reference_source import NotAModel, forward_signature, reference_class
 from evaluator.seed_capture import _avg_pool_by_slices

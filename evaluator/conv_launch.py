@@ -1,0 +1,155 @@
+"""The host side of the seeds' convolution: ``_convolution``, ``aten.convolution`` in Triton.
+
+It takes ``aten.convolution``'s arguments, works out the output's size and layout, and launches
+one of ``evaluator/conv_kernel.py``'s kernels: the direct one for one output channel a group
+(depthwise), the taps loop from 16 input channels a group (or where asked; its weight packed once
+a call, and its input copied channels-last where asked), else the general one.  A seed carries
+this module's text below ``# --- seed ---`` after the kernels' (``evaluator.conv_library``), so the
+imports above the line are for this module run on its own (tests, probes).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+
+from evaluator.conv_kernel import _channels_last_kernel, _conv_direct_kernel, _conv_kernel, _conv_taps_kernel
+
+# --- seed ---
+
+
+def _channels_last(x):
+    """``x`` with its channels innermost (same shape, channel stride 1), copied by a Triton kernel:
+    the evaluator counts a candidate's device time outside its own kernels against it."""
+    if x.stride(1) == 1:
+        return x
+    if not x.is_contiguous() or x.shape[0] > 65535:
+        return x.movedim(1, -1).contiguous().movedim(-1, 1)
+    y = torch.empty((x.shape[0], *x.shape[2:], x.shape[1]), dtype=x.dtype, device=x.device)
+    channels, positions = x.shape[1], _count(x.shape[2:])
+    # the grid from the launch's own tile: a search that moves BLOCK_C or BLOCK_S (tunables to it)
+    # keeps every value written (a fixed grid left part of y unwritten: NaN, section 17)
+    grid = lambda meta: (triton.cdiv(positions, meta["BLOCK_S"]), triton.cdiv(channels, meta["BLOCK_C"]),  # noqa: E731
+                         x.shape[0])
+    _channels_last_kernel[grid](x, y, channels, positions, BLOCK_C=32, BLOCK_S=64)
+    return y.movedim(-1, 1)
+
+
+def _layout(t):
+    """A tensor's strides as the kernels take them: batch (or first), channel, depth, height, width."""
+    return (t.stride(0), t.stride(1), *_spatial3(t.stride()[2:], 0))
+
+
+def _spatial3(values, fill):
+    """A per-spatial-dimension list (1 to 3 entries) as depth, height, width."""
+    values = list(values)
+    return [fill] * (3 - len(values)) + values
+
+
+def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,), transposed=False,
+                 output_padding=(0,), groups=1, *, out_size=None, out_stride=None, epilogue=(),
+                 block_m=64, block_n=32, block_k=32, num_warps=4, num_stages=2, taps_loop=None,
+                 channels_last=False):
+    """``aten.convolution`` in Triton; the output gets ``out_size``/``out_stride`` where the
+    compiled graph expects a particular layout, else it is contiguous.  ``taps_loop``: the taps
+    kernel (True), the general one (False), or the taps kernel from 16 channels a group (None);
+    ``channels_last``: the taps kernel gathers from a channels-last copy of the input;
+    ``epilogue``: up to six tensors, the ``ep*_ptr`` operands of ``_epilogue``."""
+    dims = x.dim() - 2
+    kernel = list(weight.shape[2:])
+    stride, padding, dilation, output_padding = (
+        [int(v) for v in (p if len(p) == dims else list(p) * dims)]
+        for p in (stride, padding, dilation, output_padding))
+    batch, c_in = x.shape[0], x.shape[1]
+    if transposed:
+        out_channels = weight.shape[1] * groups
+        spatial = [(n - 1) * s - 2 * p + d * (k - 1) + op + 1 for n, s, p, d, k, op
+                   in zip(x.shape[2:], stride, padding, dilation, kernel, output_padding)]
+    else:
+        out_channels = weight.shape[0]
+        spatial = [(n + 2 * p - d * (k - 1) - 1) // s + 1 for n, s, p, d, k
+                   in zip(x.shape[2:], stride, padding, dilation, kernel)]
+    size = [batch, out_channels, *spatial]
+    if out_size is None:
+        out = torch.empty(size, dtype=x.dtype, device=x.device)
+    else:
+        out = torch.empty_strided(tuple(out_size), tuple(out_stride), dtype=x.dtype, device=x.device)
+    c_group, o_group = c_in // groups, out_channels // groups
+    k_total = c_group * _count(kernel)
+    m_total = batch * _count(spatial)
+    if out.numel() == 0:
+        return out
+    # what the kernels take: the layouts, the convolution's parameters, its taps
+    x_layout, w_layout, out_layout = _layout(x), _layout(weight), _layout(out)
+    geometry = (*_spatial3(stride, 1), *_spatial3(padding, 0), *_spatial3(dilation, 1))
+    layouts = (*x_layout, *w_layout, *out_layout, *geometry)
+    kd, kh, kw = _spatial3(kernel, 1)
+    shared = dict(KD=kd, KH=kh, KW=kw, TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None,
+                  BLOCK_M=block_m, num_warps=num_warps, num_stages=num_stages)
+    sizes = (*_spatial3(x.shape[2:], 1), *_spatial3(spatial, 1), m_total, c_group)
+    b_arg = bias if bias is not None else x
+    operands = (*epilogue, *[out] * (6 - len(epilogue)))  # what _epilogue does not read: any tensor
+    if o_group == 1:  # depthwise: each output channel its own sum of taps (block_m positions a program)
+        _conv_direct_kernel[(triton.cdiv(m_total, block_m), 1, groups)](
+            x, weight, b_arg, out, *operands, *sizes, *layouts, **shared)
+        return out
+    # 16 channels a group or more: taps outermost, a tap's channels innermost (and, transposed, only
+    # the taps each output's phase admits: see the kernel).  Fewer leave most of a product's depth
+    # empty: the general kernel then runs the taps and channels as one reduction, unless the caller
+    # asks for the taps kernel (by Triton 3.6's SASS for sm_90 in TF32 channels-last, still 2.4-3.6x
+    # fewer instructions with 8 or 3 channels: kernelbench_search.md section 16; not timed).
+    if (c_group >= 16 and taps_loop is not False) or taps_loop:
+        strides = _spatial3(stride, 1) if transposed else [1, 1, 1]  # rows a phase, per dimension
+        quotients = [-(-n // s) for n, s in zip(_spatial3(spatial, 1), strides)]
+        m_phase = batch * _count(quotients)
+        block_k = max(16, min(block_k, triton.next_power_of_2(c_group)))  # channels are the inner loop
+        grid = (_count(strides) * triton.cdiv(m_phase, block_m), triton.cdiv(o_group, block_n), groups)
+        steps = [s // _gcd(s, d) for s, d in zip(strides, _spatial3(dilation, 1))]  # admitted taps apart
+        # The weight packed as (group, tap, channel, output channel), one copy a call: a tap's weights
+        # are rows of consecutive output channels, where PyTorch's layout puts a sector per float
+        # (suspected in the stride-1 loss: kernelbench_search.md, sections 9 and 11).  Channels-last,
+        # the input is copied once with its channels innermost and the weight packed as (group, tap,
+        # output channel, channel).
+        taps = _count(kernel)
+        by_input = weight.reshape(groups, c_group, o_group, taps) if transposed else \
+            weight.reshape(groups, o_group, c_group, taps).transpose(1, 2)
+        packed = by_input.permute(0, 3, 2, 1) if channels_last else by_input.permute(0, 3, 1, 2)
+        packed = packed.contiguous()
+        if channels_last:
+            x = _channels_last(x)
+            x_layout = _layout(x)
+        _conv_taps_kernel[grid](x, packed, b_arg, out, *operands, *sizes[:6], *quotients, m_phase, c_group,
+                                o_group, *x_layout, *out_layout, *geometry, IEEE=x.dtype == torch.float32,
+                                CHANNELS_LAST=channels_last,
+                                BLOCK_N=block_n, BLOCK_K=block_k,
+                                TAP_STEP_D=steps[0], TAP_STEP_H=steps[1], TAP_STEP_W=steps[2],
+                                **shared)
+        return out
+    grid = (triton.cdiv(m_total, block_m), triton.cdiv(o_group, block_n), groups)
+    phased = bool(transposed) and any(s > 1 for s in stride)
+    # a tap leaves the input only where padded, or transposed (at stride 1: y + padding - k * dilation)
+    checks = [bool(transposed) or p > 0 for p in _spatial3(padding, 0)]
+    # every offset of a gather within int32, with room for a block of channels past the last
+    span = sum((n - 1) * abs(s) for n, s in zip(x.shape, x.stride())) + (c_group + block_k) * abs(x.stride(1))
+    _conv_kernel[grid](x, weight, b_arg, out, *operands, c_in, *sizes, o_group, k_total, *layouts,
+                       IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k, PHASED=phased,
+                       CHECK_D=checks[0], CHECK_H=checks[1], CHECK_W=checks[2], OFFSETS_32=span < _INT32_SPAN,
+                       **shared)
+    return out
+
+
+# the largest span of input offsets the general kernel gathers in int32
+_INT32_SPAN = 2 ** 30
+
+
+def _gcd(a: int, b: int) -> int:
+    # not math.gcd: a seed carries this text under its own imports, which do not include math
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def _count(sizes) -> int:
+    count = 1
+    for size in sizes:
+        count *= int(size)
+    return count
