@@ -319,9 +319,13 @@ def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr,
                         pad_d: tl.constexpr, pad_h: tl.constexpr, pad_w: tl.constexpr,
                         dil_d: tl.constexpr, dil_h: tl.constexpr, dil_w: tl.constexpr,
                         KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, TRANSPOSED: tl.constexpr,
-                        HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr):
+                        HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                        PHASED: tl.constexpr, CHECK_D: tl.constexpr, CHECK_H: tl.constexpr, CHECK_W: tl.constexpr):
     # One output channel per group (depthwise): no product to give the tensor cores, so each
-    # program sums its output positions' taps directly, the input read along its rows.
+    # program sums its output positions' taps directly, the input read along its rows.  As in the
+    # general kernel, unless transposed with a stride, each output position's input address is
+    # worked out once and a tap adds a constant to it; bounds are checked only where a tap can leave
+    # the input (CHECK_*).
     pid_m = tl.program_id(0)
     group = tl.program_id(2)  # the output channel
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -333,12 +337,25 @@ def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr,
     od = rest % D_out
     batch = (rest // D_out).to(tl.int64)
     x_base = x_ptr + batch * sxn + (group * C_group).to(tl.int64) * sxc
+    if TRANSPOSED:  # at stride 1, output y takes tap k from input y + padding - k * dilation
+        row_d = od + pad_d
+        row_h = oh + pad_h
+        row_w = ow + pad_w
+    else:
+        row_d = od * stride_d - pad_d
+        row_h = oh * stride_h - pad_h
+        row_w = ow * stride_w - pad_w
+    x_rows = x_base + (row_d.to(tl.int64) * sxd + row_h.to(tl.int64) * sxh + row_w.to(tl.int64) * sxw)
     acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for c in range(C_group):
         for kd in tl.static_range(KD):
             for kh in tl.static_range(KH):
                 for kw in tl.static_range(KW):
                     if TRANSPOSED:
+                        w_offset = (group * C_group + c) * sw0 + kd * swd + kh * swh + kw * sww
+                    else:
+                        w_offset = group * sw0 + c * sw1 + kd * swd + kh * swh + kw * sww
+                    if PHASED:  # transposed with a stride: whether the tap applies depends on the phase
                         td = od + pad_d - kd * dil_d
                         th = oh + pad_h - kh * dil_h
                         tw = ow + pad_w - kw * dil_w
@@ -347,17 +364,23 @@ def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr,
                         i_d = td // stride_d
                         i_h = th // stride_h
                         i_w = tw // stride_w
-                        w_offset = (group * C_group + c) * sw0 + kd * swd + kh * swh + kw * sww
+                        valid = valid & (i_d < D_in) & (i_h < H_in) & (i_w < W_in) & m_mask
+                        x_offsets = (c * sxc + i_d.to(tl.int64) * sxd + i_h.to(tl.int64) * sxh
+                                     + i_w.to(tl.int64) * sxw)
+                        x = tl.load(x_base + x_offsets, mask=valid, other=0.0)
                     else:
-                        i_d = od * stride_d - pad_d + kd * dil_d
-                        i_h = oh * stride_h - pad_h + kh * dil_h
-                        i_w = ow * stride_w - pad_w + kw * dil_w
-                        valid = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
-                        w_offset = group * sw0 + c * sw1 + kd * swd + kh * swh + kw * sww
-                    valid = valid & (i_d < D_in) & (i_h < H_in) & (i_w < W_in) & m_mask
-                    x_offsets = (c * sxc + i_d.to(tl.int64) * sxd + i_h.to(tl.int64) * sxh
-                                 + i_w.to(tl.int64) * sxw)
-                    x = tl.load(x_base + x_offsets, mask=valid, other=0.0)
+                        tap_d = -kd * dil_d if TRANSPOSED else kd * dil_d
+                        tap_h = -kh * dil_h if TRANSPOSED else kh * dil_h
+                        tap_w = -kw * dil_w if TRANSPOSED else kw * dil_w
+                        valid = m_mask
+                        if CHECK_D:
+                            valid = valid & (row_d + tap_d >= 0) & (row_d + tap_d < D_in)
+                        if CHECK_H:
+                            valid = valid & (row_h + tap_h >= 0) & (row_h + tap_h < H_in)
+                        if CHECK_W:
+                            valid = valid & (row_w + tap_w >= 0) & (row_w + tap_w < W_in)
+                        tap = c * sxc + tap_d * sxd + tap_h * sxh + tap_w * sxw  # a tap: one number, not one an element
+                        x = tl.load(x_rows + tap, mask=valid, other=0.0)
                     acc += x.to(tl.float32) * tl.load(w_ptr + w_offset).to(tl.float32)
     if HAS_BIAS:
         acc += tl.load(b_ptr + group).to(tl.float32)

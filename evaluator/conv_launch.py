@@ -90,7 +90,8 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     operands = (*epilogue, *[out] * (6 - len(epilogue)))  # what _epilogue does not read: any tensor
     if o_group == 1:  # depthwise: each output channel its own sum of taps (block_m positions a program)
         _conv_direct_kernel[(triton.cdiv(m_total, block_m), 1, groups)](
-            x, weight, b_arg, out, *operands, *sizes, *layouts, **shared)
+            x, weight, b_arg, out, *operands, *sizes, *layouts, **shared,
+            **_gather_checks(transposed, stride, padding))
         return out
     # 16 channels a group or more: taps outermost, a tap's channels innermost (and, transposed, only
     # the taps each output's phase admits: see the kernel).  Fewer leave most of a product's depth
@@ -125,16 +126,21 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
                                 **shared)
         return out
     grid = (triton.cdiv(m_total, block_m), triton.cdiv(o_group, block_n), groups)
-    phased = bool(transposed) and any(s > 1 for s in stride)
-    # a tap leaves the input only where padded, or transposed (at stride 1: y + padding - k * dilation)
-    checks = [bool(transposed) or p > 0 for p in _spatial3(padding, 0)]
     # every offset of a gather within int32, with room for a block of channels past the last
     span = sum((n - 1) * abs(s) for n, s in zip(x.shape, x.stride())) + (c_group + block_k) * abs(x.stride(1))
     _conv_kernel[grid](x, weight, b_arg, out, *operands, c_in, *sizes, o_group, k_total, *layouts,
-                       IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k, PHASED=phased,
-                       CHECK_D=checks[0], CHECK_H=checks[1], CHECK_W=checks[2], OFFSETS_32=span < _INT32_SPAN,
-                       **shared)
+                       IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k,
+                       OFFSETS_32=span < _INT32_SPAN, **shared, **_gather_checks(transposed, stride, padding))
     return out
+
+
+def _gather_checks(transposed, stride, padding) -> dict:
+    """How the general and direct kernels find a tap's input: per element where transposed with a
+    stride (PHASED), else a row's address plus a tap's, bounds checked only along dimensions where a
+    tap can leave the input (padded, or transposed: at stride 1, y + padding - k * dilation)."""
+    checks = [bool(transposed) or p > 0 for p in _spatial3(padding, 0)]
+    return dict(PHASED=bool(transposed) and any(s > 1 for s in stride),
+                CHECK_D=checks[0], CHECK_H=checks[1], CHECK_W=checks[2])
 
 
 # the largest span of input offsets the general kernel gathers in int32

@@ -41,6 +41,8 @@ def conv(tmp_path_factory):
     (lambda: torch.nn.Conv1d(1, 1, 5, padding=2), (3, 1, 17)),  # one output channel, no groups
     (lambda: torch.nn.ConvTranspose1d(3, 3, 3, stride=2, padding=1, output_padding=1, groups=3), (2, 3, 8)),
     (lambda: torch.nn.Conv3d(2, 2, 3, padding=1, groups=2), (1, 2, 4, 5, 6)),
+    (lambda: torch.nn.ConvTranspose2d(3, 3, (3, 2), padding=(1, 0), dilation=(1, 2), groups=3), (2, 3, 5, 6)),
+    (lambda: torch.nn.Conv2d(2, 2, (2, 3), padding=(0, 2), dilation=(2, 1), groups=2, bias=False), (1, 2, 6, 7)),
     # the tiled implicit GEMM, for comparison on the same footing
     (lambda: torch.nn.Conv2d(3, 8, 3, padding=1), (2, 3, 6, 6)),
     (lambda: torch.nn.ConvTranspose2d(4, 6, (3, 5), padding=(1, 2)), (2, 4, 5, 6)),
