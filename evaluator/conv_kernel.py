@@ -66,6 +66,22 @@ def _store_tile(acc, out_ptr, b_ptr, batch, channels, od, oh, ow, son, soo, sod,
 
 
 @triton.jit
+def _input_rows(od, oh, ow, stride_d: tl.constexpr, stride_h: tl.constexpr, stride_w: tl.constexpr,
+                pad_d: tl.constexpr, pad_h: tl.constexpr, pad_w: tl.constexpr, TRANSPOSED: tl.constexpr):
+    # Per dimension, the input position that a tap's offset is added to: output y takes tap k from
+    # input y * stride - padding + k * dilation, or transposed (at stride 1) y + padding - k * dilation.
+    if TRANSPOSED:
+        row_d = od + pad_d
+        row_h = oh + pad_h
+        row_w = ow + pad_w
+    else:
+        row_d = od * stride_d - pad_d
+        row_h = oh * stride_h - pad_h
+        row_w = ow * stride_w - pad_w
+    return row_d, row_h, row_w
+
+
+@triton.jit
 def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr,
                  C_in, D_in, H_in, W_in, D_out, H_out, W_out, M_total, C_group, O_group, K_total,
                  sxn, sxc, sxd, sxh, sxw, sw0, sw1, swd, swh, sww, son, soo, sod, soh, sow,
@@ -96,14 +112,7 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
     # position) plus its column's (channel and tap), each worked out once a tile row or reduction
     # index, not once an element; bounds are checked only along the dimensions where a tap can
     # leave the input (CHECK_*: padded, or transposed), in int32 where the input allows (OFFSETS_32).
-    if TRANSPOSED:  # at stride 1, output y takes tap k from input y + padding - k * dilation
-        row_d = od + pad_d
-        row_h = oh + pad_h
-        row_w = ow + pad_w
-    else:
-        row_d = od * stride_d - pad_d
-        row_h = oh * stride_h - pad_h
-        row_w = ow * stride_w - pad_w
+    row_d, row_h, row_w = _input_rows(od, oh, ow, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, TRANSPOSED)
     if OFFSETS_32:
         rows = batch * sxn + row_d * sxd + row_h * sxh + row_w * sxw
     else:
@@ -337,14 +346,7 @@ def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr,
     od = rest % D_out
     batch = (rest // D_out).to(tl.int64)
     x_base = x_ptr + batch * sxn + (group * C_group).to(tl.int64) * sxc
-    if TRANSPOSED:  # at stride 1, output y takes tap k from input y + padding - k * dilation
-        row_d = od + pad_d
-        row_h = oh + pad_h
-        row_w = ow + pad_w
-    else:
-        row_d = od * stride_d - pad_d
-        row_h = oh * stride_h - pad_h
-        row_w = ow * stride_w - pad_w
+    row_d, row_h, row_w = _input_rows(od, oh, ow, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, TRANSPOSED)
     x_rows = x_base + (row_d.to(tl.int64) * sxd + row_h.to(tl.int64) * sxh + row_w.to(tl.int64) * sxw)
     acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for c in range(C_group):
