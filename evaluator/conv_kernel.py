@@ -82,6 +82,33 @@ def _input_rows(od, oh, ow, stride_d: tl.constexpr, stride_h: tl.constexpr, stri
 
 
 @triton.jit
+def _tap_steps(kd, kh, kw, dil_d: tl.constexpr, dil_h: tl.constexpr, dil_w: tl.constexpr, TRANSPOSED: tl.constexpr):
+    # Per dimension, what tap k adds to _input_rows' position: k * dilation, or transposed -k * dilation.
+    if TRANSPOSED:
+        tap_d = -kd * dil_d
+        tap_h = -kh * dil_h
+        tap_w = -kw * dil_w
+    else:
+        tap_d = kd * dil_d
+        tap_h = kh * dil_h
+        tap_w = kw * dil_w
+    return tap_d, tap_h, tap_w
+
+
+@triton.jit
+def _tap_inside(valid, row_d, row_h, row_w, tap_d, tap_h, tap_w, D_in, H_in, W_in,
+                CHECK_D: tl.constexpr, CHECK_H: tl.constexpr, CHECK_W: tl.constexpr):
+    # valid, and the tap inside the input along each dimension where it can leave it (CHECK_*)
+    if CHECK_D:
+        valid = valid & (row_d + tap_d >= 0) & (row_d + tap_d < D_in)
+    if CHECK_H:
+        valid = valid & (row_h + tap_h >= 0) & (row_h + tap_h < H_in)
+    if CHECK_W:
+        valid = valid & (row_w + tap_w >= 0) & (row_w + tap_w < W_in)
+    return valid
+
+
+@triton.jit
 def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr,
                  C_in, D_in, H_in, W_in, D_out, H_out, W_out, M_total, C_group, O_group, K_total,
                  sxn, sxc, sxd, sxh, sxw, sw0, sw1, swd, swh, sww, son, soo, sod, soh, sow,
@@ -147,25 +174,16 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
                          + i_d.to(tl.int64) * sxd + i_h.to(tl.int64) * sxh + i_w.to(tl.int64) * sxw)
             valid = valid & k_mask[:, None] & m_mask[None, :]
         else:
-            tap_d = -kd * dil_d if TRANSPOSED else kd * dil_d
-            tap_h = -kh * dil_h if TRANSPOSED else kh * dil_h
-            tap_w = -kw * dil_w if TRANSPOSED else kw * dil_w
+            tap_d, tap_h, tap_w = _tap_steps(kd, kh, kw, dil_d, dil_h, dil_w, TRANSPOSED)
             if OFFSETS_32:
                 cols = channel * sxc + tap_d * sxd + tap_h * sxh + tap_w * sxw
             else:
                 cols = (channel.to(tl.int64) * sxc + tap_d.to(tl.int64) * sxd + tap_h.to(tl.int64) * sxh
                         + tap_w.to(tl.int64) * sxw)
             x_offsets = cols[:, None] + rows[None, :]
-            valid = k_mask[:, None] & m_mask[None, :]
-            if CHECK_D:
-                i_d = row_d[None, :] + tap_d[:, None]
-                valid = valid & (i_d >= 0) & (i_d < D_in)
-            if CHECK_H:
-                i_h = row_h[None, :] + tap_h[:, None]
-                valid = valid & (i_h >= 0) & (i_h < H_in)
-            if CHECK_W:
-                i_w = row_w[None, :] + tap_w[:, None]
-                valid = valid & (i_w >= 0) & (i_w < W_in)
+            valid = _tap_inside(k_mask[:, None] & m_mask[None, :], row_d[None, :], row_h[None, :], row_w[None, :],
+                                tap_d[:, None], tap_h[:, None], tap_w[:, None], D_in, H_in, W_in,
+                                CHECK_D, CHECK_H, CHECK_W)
         a = tl.trans(tl.load(x_group + x_offsets, mask=valid, other=0.0))
         taps = kd[None, :] * swd + kh[None, :] * swh + kw[None, :] * sww
         if TRANSPOSED:  # weight (C_in, O / groups, *kernel)
@@ -371,16 +389,9 @@ def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr,
                                      + i_w.to(tl.int64) * sxw)
                         x = tl.load(x_base + x_offsets, mask=valid, other=0.0)
                     else:
-                        tap_d = -kd * dil_d if TRANSPOSED else kd * dil_d
-                        tap_h = -kh * dil_h if TRANSPOSED else kh * dil_h
-                        tap_w = -kw * dil_w if TRANSPOSED else kw * dil_w
-                        valid = m_mask
-                        if CHECK_D:
-                            valid = valid & (row_d + tap_d >= 0) & (row_d + tap_d < D_in)
-                        if CHECK_H:
-                            valid = valid & (row_h + tap_h >= 0) & (row_h + tap_h < H_in)
-                        if CHECK_W:
-                            valid = valid & (row_w + tap_w >= 0) & (row_w + tap_w < W_in)
+                        tap_d, tap_h, tap_w = _tap_steps(kd, kh, kw, dil_d, dil_h, dil_w, TRANSPOSED)
+                        valid = _tap_inside(m_mask, row_d, row_h, row_w, tap_d, tap_h, tap_w, D_in, H_in, W_in,
+                                            CHECK_D, CHECK_H, CHECK_W)
                         tap = c * sxc + tap_d * sxd + tap_h * sxh + tap_w * sxw  # a tap: one number, not one an element
                         x = tl.load(x_rows + tap, mask=valid, other=0.0)
                     acc += x.to(tl.float32) * tl.load(w_ptr + w_offset).to(tl.float32)
