@@ -22,11 +22,9 @@ memory: each program gathers its tile straight from the input (or its channels-l
   with input channels innermost: with the seeds' tile in TF32 on an H200, 2.3 to 3.3x faster on
   the four 2-D convolutions with many channels of the KernelBench sample, the copy included
   (``experiments/kernelbench_search.md``, section 16).
-- The general kernel's gather adds a row's offset (output position) to a column's (channel and
-  tap), each worked out once a tile row or reduction index, in int32 where the input allows, and
-  checks bounds only along padded dimensions (or transposed ones); transposed with a stride, per
-  element.  On an H100 with the seeds' tile, 1.42x faster on l2_7 (8 channels, 3-D) and 1.09x on
-  l2_67, l2_82 and l2_87 in exact fp32, 1.33-1.37x in TF32 (``kernelbench_search.md``, section 19).
+- The general and direct kernels add a position's offset to a tap's, each worked out once, and
+  check bounds only where a tap can leave the input (transposed with a stride: per element); on an
+  H100 the general one ran 1.09-1.42x faster for it (``kernelbench_search.md``, section 19).
 - Stride, padding and dilation are compile-time constants: a transposed convolution's division
   and remainder by the stride become shifts, or vanish for a stride of one.
 - fp32 products are exact (``input_precision="ieee"``), as the strict references run.
@@ -400,16 +398,3 @@ def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr,
     out_offsets = (batch * son + group.to(tl.int64) * soo + od.to(tl.int64) * sod + oh.to(tl.int64) * soh
                    + ow.to(tl.int64) * sow)
     _epilogue(acc, out_ptr, out_offsets, m_mask, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr)
-
-
-@triton.jit
-def _channels_last_kernel(x_ptr, y_ptr, C, S, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr):
-    # One (channels, positions) tile of a contiguous (N, C, S) input, written to (N, S, C): Triton
-    # lays the load's lanes along positions and the store's along channels, turning the tile in
-    # shared memory between them.
-    offs_s = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)
-    offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    base = tl.program_id(2).to(tl.int64) * C * S
-    mask = (offs_c[:, None] < C) & (offs_s[None, :] < S)
-    tile = tl.load(x_ptr + base + offs_c[:, None].to(tl.int64) * S + offs_s[None, :], mask=mask)
-    tl.store(y_ptr + base + offs_s[None, :].to(tl.int64) * C + offs_c[:, None], tile, mask=mask)

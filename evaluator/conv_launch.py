@@ -3,18 +3,33 @@
 It takes ``aten.convolution``'s arguments, works out the output's size and layout, and launches
 one of ``evaluator/conv_kernel.py``'s kernels: the direct one for one output channel a group
 (depthwise), the taps loop from 16 input channels a group (or where asked; its weight packed once
-a call, and its input copied channels-last where asked), else the general one.  A seed carries
-this module's text below ``# --- seed ---`` after the kernels' (``evaluator.conv_library``), so the
-imports above the line are for this module run on its own (tests, probes).
+a call, and its input copied channels-last by the copy kernel here where asked), else the general
+one.  A seed carries this module's text below ``# --- seed ---`` after the kernels'
+(``evaluator.conv_library``), so the imports above the line are for this module run on its own
+(tests, probes).
 """
 from __future__ import annotations
 
 import torch
 import triton
+import triton.language as tl
 
-from evaluator.conv_kernel import _channels_last_kernel, _conv_direct_kernel, _conv_kernel, _conv_taps_kernel
+from evaluator.conv_kernel import _conv_direct_kernel, _conv_kernel, _conv_taps_kernel
 
 # --- seed ---
+
+
+@triton.jit
+def _channels_last_kernel(x_ptr, y_ptr, C, S, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr):
+    # One (channels, positions) tile of a contiguous (N, C, S) input, written to (N, S, C): Triton
+    # lays the load's lanes along positions and the store's along channels, turning the tile in
+    # shared memory between them.
+    offs_s = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)
+    offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    base = tl.program_id(2).to(tl.int64) * C * S
+    mask = (offs_c[:, None] < C) & (offs_s[None, :] < S)
+    tile = tl.load(x_ptr + base + offs_c[:, None].to(tl.int64) * S + offs_s[None, :], mask=mask)
+    tl.store(y_ptr + base + offs_s[None, :].to(tl.int64) * C + offs_c[:, None], tile, mask=mask)
 
 
 def _channels_last(x):
