@@ -27,7 +27,12 @@ memory: each program gathers its tile straight from the input (or its channels-l
   H100 the general one ran 1.09-1.42x faster for it (``kernelbench_search.md``, section 19).
 - Stride, padding and dilation are compile-time constants: a transposed convolution's division
   and remainder by the stride become shifts, or vanish for a stride of one.
-- fp32 products are exact (``input_precision="ieee"``), as the strict references run.
+- fp32 products are exact (``input_precision="ieee"``), as the strict references run.  Or
+  (``split``, the taps kernel) three TF32 products of operands split into a TF32 part and the
+  rest as they are copied (the weight's packing, the input's copy): nearly fp32's accuracy, as
+  ``tf32x3`` gives, without splitting both operands in registers at every step; on an H100, 1.3-1.5x
+  faster than ``tf32x3`` on 9 of the 11 taps-loop convolutions of the KernelBench sample
+  (``experiments/kernelbench_search.md``, section 20).
 - One output channel a group (depthwise) gives the tensor cores nothing to multiply: a direct
   kernel sums the taps of ``block_m`` output positions of one channel a program.
 
@@ -235,22 +240,42 @@ def _tap_rows(qd, qh, qw, r_d, r_h, r_w, m_mask, x_base, w_group, C_group, O_gro
 
 
 @triton.jit
-def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, O_group, n_mask, sxc, IEEE: tl.constexpr,
-                     CHANNELS_LAST: tl.constexpr):
+def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, O_group, n_mask, sxc, x_lo, w_lo,
+                     IEEE: tl.constexpr, CHANNELS_LAST: tl.constexpr, SPLIT: tl.constexpr):
     # One tap's block of input channels times its weights, added to the tile.  The gather's lanes
     # run along consecutive input addresses: the rows (output positions) in NCHW, the channels in
     # channels-last (then each row's channels load as whole vectors, and the weight comes packed
     # with its channels innermost too: both operands K-major, as TF32 tensor cores read them).
     c_mask = channel < C_group
     if CHANNELS_LAST:
-        a = tl.load(x_rows[:, None] + channel[None, :].to(tl.int64) * sxc,
-                    mask=rows[:, None] & c_mask[None, :], other=0.0)
-        b = tl.trans(tl.load(w_tap + channel[None, :], mask=n_mask[:, None] & c_mask[None, :], other=0.0))
+        a_at = x_rows[:, None] + channel[None, :].to(tl.int64) * sxc
+        a_mask = rows[:, None] & c_mask[None, :]
+        b_at = w_tap + channel[None, :]
+        b_mask = n_mask[:, None] & c_mask[None, :]
+        a = tl.load(a_at, mask=a_mask, other=0.0)
+        b = tl.trans(tl.load(b_at, mask=b_mask, other=0.0))
     else:
-        a = tl.trans(tl.load(x_rows[None, :] + channel[:, None].to(tl.int64) * sxc,
-                             mask=c_mask[:, None] & rows[None, :], other=0.0))
-        b = tl.load(w_tap + channel[:, None] * O_group, mask=c_mask[:, None] & n_mask[None, :], other=0.0)
-    if IEEE:
+        a_at = x_rows[None, :] + channel[:, None].to(tl.int64) * sxc
+        a_mask = c_mask[:, None] & rows[None, :]
+        b_at = w_tap + channel[:, None] * O_group
+        b_mask = c_mask[:, None] & n_mask[None, :]
+        a = tl.trans(tl.load(a_at, mask=a_mask, other=0.0))
+        b = tl.load(b_at, mask=b_mask, other=0.0)
+    if SPLIT:
+        # Both operands come split in memory (x_lo and w_lo elements on): a value's TF32 part, then
+        # what is left of it.  Three TF32 products of the parts, small ones first, give nearly fp32's
+        # accuracy (the 3xTF32 of CUTLASS) with each operand fed to the tensor cores as it is loaded,
+        # where input_precision="tf32x3" splits both in registers every step.
+        if CHANNELS_LAST:
+            a_small = tl.load(a_at + x_lo, mask=a_mask, other=0.0)
+            b_small = tl.trans(tl.load(b_at + w_lo, mask=b_mask, other=0.0))
+        else:
+            a_small = tl.trans(tl.load(a_at + x_lo, mask=a_mask, other=0.0))
+            b_small = tl.load(b_at + w_lo, mask=b_mask, other=0.0)
+        acc = tl.dot(a_small, b, acc)
+        acc = tl.dot(a, b_small, acc)
+        return tl.dot(a, b, acc)
+    elif IEEE:
         return acc + tl.dot(a, b, input_precision="ieee")
     else:
         return acc + tl.dot(a, b)
@@ -267,7 +292,7 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, e
                       HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       TAP_STEP_D: tl.constexpr, TAP_STEP_H: tl.constexpr, TAP_STEP_W: tl.constexpr,
-                      CHANNELS_LAST: tl.constexpr):
+                      CHANNELS_LAST: tl.constexpr, SPLIT: tl.constexpr = False, x_lo=0, w_lo=0):
     # The reduction runs over taps, then a tap's channels: a tap's input positions are worked out
     # per row of the tile, not per element of each gather.
     # Transposed, output y takes tap k only where the stride divides y + padding - k * dilation,
@@ -331,7 +356,7 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, e
         rows, x_rows, w_tap = _tap_rows(*geometry, kd, kh, kw, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w,
                                         dil_d, dil_h, dil_w, shift_d, shift_h, shift_w, KH, KW, TRANSPOSED)
         acc = _channel_product(acc, x_rows, rows, w_tap, (step % blocks) * BLOCK_K + offs_c, C_group, O_group,
-                               n_mask, sxc, IEEE, CHANNELS_LAST)
+                               n_mask, sxc, x_lo, w_lo, IEEE, CHANNELS_LAST, SPLIT)
     _store_tile(acc, out_ptr, b_ptr, batch, group * O_group + offs_n, od, oh, ow, son, soo, sod, soh, sow,
                 m_mask, n_mask, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr, HAS_BIAS)
 

@@ -20,33 +20,79 @@ from evaluator.conv_kernel import _conv_direct_kernel, _conv_kernel, _conv_taps_
 
 
 @triton.jit
-def _channels_last_kernel(x_ptr, y_ptr, C, S, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr):
+def _to_tf32(v):
+    # v rounded to TF32's 10 mantissa bits, to nearest (ties away), as cvt.rna.tf32.f32 does: a value
+    # tensor cores read exactly.  Not cut: the dropped bits of a sum of cut products all lean one
+    # way (4-8x the error over 960 products, on an H100).  One that would round up to inf is cut.
+    bits = v.to(tl.int32, bitcast=True)
+    rounded = (bits + 4096) & -8192
+    return tl.where((rounded & 0x7F800000) == 0x7F800000, bits & -8192, rounded).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _tf32_parts(v):
+    # v's TF32 part and the rest, itself in TF32 (about 2^-22 of v lost): three TF32 products of
+    # such parts sum to nearly the fp32 product.  Inf and NaN keep to the first part.
+    big = _to_tf32(v)
+    big = tl.where(v != v, v, big)
+    small = v - big
+    return big, _to_tf32(tl.where(small == small, small, 0.0))
+
+
+@triton.jit
+def _split_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    # a contiguous tensor's TF32 parts: the first to y, the rest n elements on
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    big, small = _tf32_parts(tl.load(x_ptr + offs, mask=offs < n))
+    tl.store(y_ptr + offs, big, mask=offs < n)
+    tl.store(y_ptr + n + offs, small, mask=offs < n)
+
+
+@triton.jit
+def _channels_last_kernel(x_ptr, y_ptr, C, S, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr,
+                          SPLIT: tl.constexpr = False, lo=0):
     # One (channels, positions) tile of a contiguous (N, C, S) input, written to (N, S, C): Triton
     # lays the load's lanes along positions and the store's along channels, turning the tile in
-    # shared memory between them.
+    # shared memory between them.  SPLIT: its TF32 parts, the second lo elements after the first.
     offs_s = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)
     offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     base = tl.program_id(2).to(tl.int64) * C * S
     mask = (offs_c[:, None] < C) & (offs_s[None, :] < S)
     tile = tl.load(x_ptr + base + offs_c[:, None].to(tl.int64) * S + offs_s[None, :], mask=mask)
-    tl.store(y_ptr + base + offs_s[None, :].to(tl.int64) * C + offs_c[:, None], tile, mask=mask)
+    to = y_ptr + base + offs_s[None, :].to(tl.int64) * C + offs_c[:, None]
+    if SPLIT:
+        big, small = _tf32_parts(tile)
+        tl.store(to, big, mask=mask)
+        tl.store(to + lo, small, mask=mask)
+    else:
+        tl.store(to, tile, mask=mask)
 
 
-def _channels_last(x):
+def _channels_last(x, split=False):
     """``x`` with its channels innermost (same shape, channel stride 1), copied by a Triton kernel:
-    the evaluator counts a candidate's device time outside its own kernels against it."""
-    if x.stride(1) == 1:
-        return x
-    if not x.is_contiguous() or x.shape[0] > 65535:
-        return x.movedim(1, -1).contiguous().movedim(-1, 1)
-    y = torch.empty((x.shape[0], *x.shape[2:], x.shape[1]), dtype=x.dtype, device=x.device)
+    the evaluator counts a candidate's device time outside its own kernels against it.  ``split``:
+    a copy of ``x``'s TF32 parts (:func:`_tf32_parts`) instead, the second ``x.numel()`` elements
+    after the first, which is returned."""
+    if x.stride(1) == 1 or not x.is_contiguous() or x.shape[0] > 65535:
+        y = x if x.stride(1) == 1 else x.movedim(1, -1).contiguous().movedim(-1, 1)
+        return _split(y.movedim(1, -1).contiguous()).movedim(-1, 1) if split else y
+    y = torch.empty((1 + split, x.shape[0], *x.shape[2:], x.shape[1]), dtype=x.dtype, device=x.device)
     channels, positions = x.shape[1], _count(x.shape[2:])
     # the grid from the launch's own tile: a search that moves BLOCK_C or BLOCK_S (tunables to it)
     # keeps every value written (a fixed grid left part of y unwritten: NaN, section 17)
     grid = lambda meta: (triton.cdiv(positions, meta["BLOCK_S"]), triton.cdiv(channels, meta["BLOCK_C"]),  # noqa: E731
                          x.shape[0])
-    _channels_last_kernel[grid](x, y, channels, positions, BLOCK_C=32, BLOCK_S=64)
-    return y.movedim(-1, 1)
+    _channels_last_kernel[grid](x, y, channels, positions, BLOCK_C=32, BLOCK_S=64, SPLIT=split, lo=y[0].numel())
+    return y[0].movedim(-1, 1)
+
+
+def _split(t):
+    """A contiguous ``t``'s TF32 parts (:func:`_tf32_parts`), the second ``t.numel()`` elements after
+    the first, which is returned (shaped as ``t``)."""
+    parts = torch.empty((2, *t.shape), dtype=t.dtype, device=t.device)
+    grid = lambda meta: (triton.cdiv(t.numel(), meta["BLOCK"]),)  # noqa: E731 (BLOCK: a tunable, as the copy's)
+    _split_kernel[grid](t, parts, t.numel(), BLOCK=1024)
+    return parts[0]
 
 
 def _layout(t):
@@ -63,12 +109,14 @@ def _spatial3(values, fill):
 def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,), transposed=False,
                  output_padding=(0,), groups=1, *, out_size=None, out_stride=None, epilogue=(),
                  block_m=64, block_n=32, block_k=32, num_warps=4, num_stages=2, taps_loop=None,
-                 channels_last=False):
+                 channels_last=False, split=False):
     """``aten.convolution`` in Triton; the output gets ``out_size``/``out_stride`` where the
     compiled graph expects a particular layout, else it is contiguous.  ``taps_loop``: the taps
     kernel (True), the general one (False), or the taps kernel from 16 channels a group (None);
-    ``channels_last``: the taps kernel gathers from a channels-last copy of the input;
-    ``epilogue``: up to six tensors, the ``ep*_ptr`` operands of ``_epilogue``."""
+    ``channels_last``: the taps kernel gathers from a channels-last copy of the input; ``split``
+    (fp32, with the taps kernel): three TF32 products of operands split as they are copied (the
+    input's copy is then made channels-last or not); ``epilogue``: up to six tensors, the
+    ``ep*_ptr`` operands of ``_epilogue``."""
     dims = x.dim() - 2
     kernel = list(weight.shape[2:])
     stride, padding, dilation, output_padding = (
@@ -130,12 +178,17 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
             weight.reshape(groups, o_group, c_group, taps).transpose(1, 2)
         packed = by_input.permute(0, 3, 2, 1) if channels_last else by_input.permute(0, 3, 1, 2)
         packed = packed.contiguous()
-        if channels_last:
+        split = bool(split) and x.dtype == torch.float32
+        if split:  # each operand's TF32 parts, the second one copy's length after the first
+            packed = _split(packed)
+            x = _channels_last(x, split=True) if channels_last else _split(x.contiguous())
+            x_layout = _layout(x)
+        elif channels_last:
             x = _channels_last(x)
             x_layout = _layout(x)
         _conv_taps_kernel[grid](x, packed, b_arg, out, *operands, *sizes[:6], *quotients, m_phase, c_group,
                                 o_group, *x_layout, *out_layout, *geometry, IEEE=x.dtype == torch.float32,
-                                CHANNELS_LAST=channels_last,
+                                CHANNELS_LAST=channels_last, SPLIT=split, x_lo=x.numel(), w_lo=packed.numel(),
                                 BLOCK_N=block_n, BLOCK_K=block_k,
                                 TAP_STEP_D=steps[0], TAP_STEP_H=steps[1], TAP_STEP_W=steps[2],
                                 **shared)

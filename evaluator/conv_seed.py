@@ -63,8 +63,8 @@ def channels_last_first(weight_shape: tuple[int, ...], transposed: bool, groups:
     ran 1.02-2.4x slower on all 11 (l2_10 14.7 to 35.7 ms).  Below 16 channels, where only a strided transposed
     convolution starts from the taps loop, it ran 1.4-1.9x faster than the general loop in either
     precision (l2_72, l2_96).  Under the strict tolerance a seed whose call sites all start from the
-    taps loop is seeded second, behind a twin in tf32x3 gathering channels-last
-    (``evo.core.dot_precision.seed_kernels``)."""
+    taps loop is seeded second, behind a twin gathering channels-last with its operands split into
+    TF32 parts (``evo.core.dot_precision.seed_kernels``)."""
     return precision == "tf32" or _per_group(weight_shape, transposed, groups)[0] < 16
 
 
@@ -158,14 +158,20 @@ def replace_convolutions(lines: list[str], first_index: int, precision: str = "i
             # then whether the taps loop gathers from a channels-last copy of the input
             # (where the general loop comes first, the taps loop is tried in the gather
             # channels_last_first gives: a switch of its own would flip nothing while unused)
+            # (and, with exact products, whether they come as three TF32 products of split operands:
+            # off in the seed, on in its strict twin, evo.core.dot_precision.seed_kernels)
             gather = channels_last_first(*shape, precision)
+            split = ""
             if _taps_loop_first(*shape, _strided(args)):
                 names[:0] = [f"K{index}_USE_TAPS_LOOP = 1", f"K{index}_USE_CHANNELS_LAST = {int(gather)}"]
                 gather = f"K{index}_USE_CHANNELS_LAST == 1"
+                if precision == "ieee":
+                    names.insert(2, f"K{index}_USE_SPLIT_TF32 = 0")
+                    split = f", split=K{index}_USE_SPLIT_TF32 == 1"
             else:
                 names.insert(0, f"K{index}_USE_TAPS_LOOP = 0")
             choice = (f", taps_loop=K{index}_USE_TAPS_LOOP == 1,\n"
-                      f"                        channels_last={gather}")
+                      f"                        channels_last={gather}{split}")
         constants.append("\n".join(names))
         launchers.append(f"def _launch_{index}(*args, **kwargs):\n"
                          f"    return _convolution(*args, **kwargs, block_m=K{index}_BLOCK_M, block_n=K{index}_BLOCK_N,"

@@ -80,12 +80,26 @@ def transposed(module) -> bool:
     return isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))
 
 
-def run_tile(lib, module, x, tile):
+def run_tile(lib, module, x, tile, variant: str = "ieee"):
     m, n, k, warps, stages = tile
     flipped = transposed(module)
     return lambda: lib._convolution(x, module.weight, module.bias, module.stride, module.padding, module.dilation,
                                     flipped, module.output_padding if flipped else (0,), module.groups,
-                                    block_m=m, block_n=n, block_k=k, num_warps=warps, num_stages=stages)
+                                    block_m=m, block_n=n, block_k=k, num_warps=warps, num_stages=stages,
+                                    **gather(variant))
+
+
+def gather(variant: str) -> dict:
+    """``_convolution``'s gather switches a variant names: ``-cl`` channels-last; ``split``, three
+    TF32 products of operands split as they are copied (with the library's IEEE text)."""
+    kwargs = {"channels_last": True} if variant.endswith("-cl") else {}
+    return {**kwargs, "split": True} if variant.startswith("split") else kwargs
+
+
+def dots(variant: str) -> str:
+    """The precision a variant's library text puts in its dots (``split`` keeps the IEEE ones)."""
+    name = variant.removesuffix("-cl")
+    return "ieee" if name == "split" else name
 
 
 def main() -> None:
@@ -97,7 +111,9 @@ def main() -> None:
     parser.add_argument("--library", action="append", default=None,
                         help="LABEL=PATH, a version of the library (repeatable; default: this tree's, "
                              "evaluator/conv_kernel.py standing for the whole of it)")
-    parser.add_argument("--precisions", default="ieee,tf32x3")
+    parser.add_argument("--precisions", default="ieee,tf32x3",
+                        help="comma-separated: ieee, tf32x3, tf32 (the dots' precision) or split (three TF32 "
+                             "products of operands split in memory), each with -cl for the channels-last gather")
     parser.add_argument("--tolerance", choices=("strict", "kernelbench"), default="strict",
                         help="strict: cuDNN without TF32, a variant counts within 1e-4 of its output; kernelbench: "
                              "cuDNN in PyTorch's defaults (TF32), within 1e-2 (TF32 variants count)")
@@ -113,8 +129,12 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     bound = 1e-2 if args.tolerance == "kernelbench" else 1e-4
     versions = dict(spec.split("=", 1) for spec in args.library) if args.library else {"now": str(HERE)}
-    libs = {(label, p): library(p, Path(path), label) for label, path in versions.items()
-            for p in args.precisions.split(",")}
+    made = {}
+    for label, path in versions.items():
+        for p in args.precisions.split(","):
+            if (label, dots(p)) not in made:
+                made[(label, dots(p))] = library(dots(p), Path(path), label)
+    libs = {(label, p): made[(label, dots(p))] for label, path in versions.items() for p in args.precisions.split(",")}
     began, rows = time.monotonic(), []
     files = sorted(p for p in args.folder.glob("*.py") if "conv" in p.name.lower())
     if args.only:
@@ -140,7 +160,7 @@ def main() -> None:
                     else own or (DIRECT_TILES if direct else TILES)
                 for (label, precision), lib in libs.items():
                     for tile in tiles:
-                        call = run_tile(lib, module, x, tile)
+                        call = run_tile(lib, module, x, tile, precision)
                         try:
                             err = (call() - ref).abs().max().item() / scale
                             ms = triton.testing.do_bench(call, return_mode="median")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -41,6 +42,14 @@ def _module(path: Path, name: str):
     return module
 
 
+def _with_dots(module, precision: str):
+    """``module`` (a version of evaluator/conv_kernel.py) with its IEEE dots in ``precision``."""
+    text = Path(module.__file__).read_text().replace('input_precision="ieee"', f'input_precision="{precision}"')
+    path = Path(tempfile.mkdtemp()) / f"{module.__name__}_{precision}.py"
+    path.write_text(text)
+    return _module(path, f"{module.__name__}_{precision}")
+
+
 def loops(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> list[dict]:
     """Per loop of ``kernel`` (a ``@triton.jit`` function; pointers fp32, other arguments int32,
     ``constants`` its constexprs), its instructions by kind, innermost loops first."""
@@ -55,6 +64,9 @@ def counts(kernel, constants: dict, num_warps: int = 4, num_stages: int = 3) -> 
     from triton.compiler import ASTSource
 
     constants = {k: v for k, v in constants.items() if k in kernel.arg_names}  # an older kernel takes fewer
+    # a constexpr left out takes its default, as at a launch (not a runtime argument: both branches)
+    constants |= {p.name: p.default for p in kernel.params
+                  if p.is_constexpr and p.name not in constants and p.default is not inspect.Parameter.empty}
     signature = {n: "constexpr" if n in constants else "*fp32" if n.endswith("_ptr") else "i32"
                  for n in kernel.arg_names}
     # As at a launch, where Triton marks the pointers and the integers divisible by 16 (here: the
@@ -120,6 +132,12 @@ CASES = {  # name: (kernel, constexprs beyond the tile); strides are runtime arg
         TRANSPOSED=False, **GEOMETRY, **STEPS, IEEE=False, BLOCK_K=16)),
     "regular, stride 1, taps kernel, channels-last, TF32": ("_conv_taps_kernel", dict(
         TRANSPOSED=False, **GEOMETRY, **dict(STEPS, CHANNELS_LAST=True), IEEE=False, BLOCK_K=16)),
+    # the strict seeds' second start in tf32x3 (evo.core.dot_precision.seed_kernels), and the same
+    # three products with both operands split as they are copied
+    "regular, stride 1, taps kernel, channels-last, tf32x3": ("_conv_taps_kernel", dict(
+        TRANSPOSED=False, **GEOMETRY, **dict(STEPS, CHANNELS_LAST=True), BLOCK_K=16, DOTS="tf32x3")),
+    "regular, stride 1, taps kernel, channels-last, split in memory": ("_conv_taps_kernel", dict(
+        TRANSPOSED=False, **GEOMETRY, **dict(STEPS, CHANNELS_LAST=True), BLOCK_K=16, SPLIT=True)),
 }
 
 
@@ -137,7 +155,8 @@ def main() -> None:
         versions[args.old] = _module(old, "conv_old")
     for label, module in versions.items():
         for case, (name, constants) in CASES.items():
-            kernel = getattr(module, name, None)
+            # the library's IEEE dots in another precision, as dot_precision writes them
+            kernel = getattr(_with_dots(module, constants["DOTS"]) if "DOTS" in constants else module, name, None)
             if kernel is None:
                 continue
             declared = {kernel.arg_names[i] for i in kernel.constexprs}  # an older kernel's strides are runtime

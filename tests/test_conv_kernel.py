@@ -159,12 +159,71 @@ def test_the_channels_last_copy_stays_whole_at_any_tile_the_search_gives_it(tmp_
     library = conv_library.seed_text()
     header = conv_library.module_text()[:-len(library)]
     tunables = {t.name: t for t in find_tunables(library)}
-    assert set(tunables) == {"BLOCK_C", "BLOCK_S"}
+    assert set(tunables) == {"BLOCK_C", "BLOCK_S", "BLOCK"}  # BLOCK: the TF32 split's
     path = tmp_path / "conv_moved.py"
-    path.write_text(header + with_values(library, {tunables["BLOCK_C"]: block_c, tunables["BLOCK_S"]: block_s}))
+    path.write_text(header + with_values(library, {tunables["BLOCK_C"]: block_c, tunables["BLOCK_S"]: block_s,
+                                                   tunables["BLOCK"]: 4 * block_s}))
     module = _load(path, f"conv_moved_{block_c}_{block_s}")
     x = torch.randn(2, 40, 3, 70, device="cuda" if torch.cuda.is_available() else "cpu")
     assert torch.equal(module._channels_last(x), x)
+    for parts in (module._channels_last(x, split=True), module._split(x)):  # every element of both parts
+        torch.testing.assert_close(_whole(parts, x.numel()), x, rtol=2.0 ** -21, atol=0)
+
+
+def _second(first, lo: int) -> torch.Tensor:
+    """A split copy's second part, ``lo`` elements after ``first``'s start, laid out as ``first``."""
+    return torch.as_strided(first, first.shape, first.stride(), first.storage_offset() + lo)
+
+
+def _whole(first, lo: int) -> torch.Tensor:
+    return first + _second(first, lo)
+
+
+@pytest.mark.parametrize("split", ["copy", "channels-last copy"])
+def test_a_split_copy_holds_each_value_as_a_tf32_part_and_the_rest(conv, split):
+    convolution, device = conv
+    torch.manual_seed(0)
+    x = torch.randn(2, 40, 3, 70, device=device) * torch.logspace(-30, 30, 70, device=device)
+    x[0, 0, 0, :4] = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0])
+    first = convolution.__globals__["_split"](x) if split == "copy" else \
+        convolution.__globals__["_channels_last"](x, split=True)
+    assert first.shape == x.shape and (split == "copy" or first.stride(1) == 1)
+    second = _second(first, x.numel())
+    for part in (first, second):  # both in TF32 (10 mantissa bits, nothing below): read exactly
+        assert torch.all(part.view(torch.int32) & 8191 == 0)
+    finite = torch.isfinite(x)
+    assert torch.all(second[finite].abs() <= x[finite].abs() * 2.0 ** -11)  # the first rounded to nearest
+    assert torch.all((first + second - x)[finite].abs() <= x[finite].abs() * 2.0 ** -22)
+    big = torch.tensor([3.4028235e38, -3.4028235e38], device=device)  # would round to inf: cut instead
+    assert torch.all(torch.isfinite(convolution.__globals__["_split"](big)))
+    # inf and NaN stay in the first part, the second is zero there (no inf - inf = NaN)
+    assert torch.equal(first[~finite].isnan(), x[~finite].isnan()) and torch.all(second[~finite] == 0)
+    assert torch.equal(first[0, 0, 0, :2], x[0, 0, 0, :2])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("case", [
+    (lambda: torch.nn.Conv2d(16, 8, 3, stride=2, padding=1, dilation=(1, 2)), (2, 16, 7, 9)),
+    (lambda: torch.nn.ConvTranspose2d(32, 8, (3, 2), stride=(2, 1), groups=2, bias=False), (1, 32, 5, 4)),
+    (lambda: torch.nn.ConvTranspose2d(20, 12, (3, 5), padding=(1, 2)), (2, 20, 5, 6)),
+    (lambda: torch.nn.Conv1d(20, 6, 5, stride=3, padding=2, dilation=2), (2, 20, 17)),
+])
+def test_three_tf32_products_of_split_operands_match_pytorchs(conv, case, channels_last):
+    # Triton's interpreter multiplies in fp32 whatever the precision: this checks the parts are
+    # read where they were written and all three products are summed, not TF32's rounding
+    convolution, device = conv
+    make, shape = case
+    torch.manual_seed(0)
+    module = make().to(device)
+    x = torch.randn(shape, device=device) * 1e3  # large: a missing second part would show
+    transposed = isinstance(module, TRANSPOSED)
+    out = convolution(x, module.weight.detach(), None if module.bias is None else module.bias.detach(), module.stride,
+                      module.padding, module.dilation, transposed, module.output_padding if transposed else (0,),
+                      module.groups, block_m=16, block_n=16, block_k=16, channels_last=channels_last, split=True)
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # as references run
+        expected = module(x)
+    torch.testing.assert_close(out, expected, atol=1e-4 * 1e3, rtol=1e-4)
 
 
 def test_a_strided_transposed_convolution_visits_only_the_taps_its_phases_admit(conv, monkeypatch):

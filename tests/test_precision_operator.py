@@ -189,13 +189,16 @@ def test_a_strict_convolution_seed_on_the_taps_loop_starts_in_split_precision_ga
     from evo.core.dot_precision import dot_arguments, seed_kernels
 
     seed = _convolution_seed("(64, 32, 3, 3)", 1)  # 32 channels: the taps loop first, NCHW in exact fp32
-    assert "K0_USE_TAPS_LOOP = 1\nK0_USE_CHANNELS_LAST = 0\n" in seed
+    assert "K0_USE_TAPS_LOOP = 1\nK0_USE_CHANNELS_LAST = 0\nK0_USE_SPLIT_TF32 = 0\n" in seed
+    assert "channels_last=K0_USE_CHANNELS_LAST == 1, split=K0_USE_SPLIT_TF32 == 1)" in seed
     first, exact = seed_kernels(seed, "strict")
     assert exact == seed
+    # the operands split as they are copied; the dots in tf32x3 where the search turns that off
     assert {m.group(2) for m in dot_arguments(first)} == {"tf32x3"}
-    assert "K0_USE_TAPS_LOOP = 1\nK0_USE_CHANNELS_LAST = 1\n" in first and "K0_NUM_WARPS = 4\n" in first
-    assert first.startswith("# The seed derived from torch.compile with every dot in tf32x3, the convolutions "
-                            "gathering channels-last")
+    assert "K0_USE_TAPS_LOOP = 1\nK0_USE_CHANNELS_LAST = 1\nK0_USE_SPLIT_TF32 = 1\n" in first
+    assert "K0_NUM_WARPS = 4\n" in first
+    assert first.startswith("# The seed derived from torch.compile with every dot in tf32x3,\n# the convolutions "
+                            "gathering channels-last, three TF32 products of operands split")
     # under the kernelbench tolerance a convolution seed is derived in TF32, channels-last, already
     assert seed_kernels(seed, "kernelbench") == (seed,)
     # 8 channels at stride 1: the general loop first, which neither change speeds up (section 17, s45's probe)

@@ -64,6 +64,7 @@ def with_precision(source: str, precision: str) -> str | None:
 _TAPS_LOOP_FIRST = re.compile(r"^K\d+_USE_TAPS_LOOP = 1$", re.MULTILINE)
 _GENERAL_LOOP_FIRST = re.compile(r"^K\d+_USE_TAPS_LOOP = 0$", re.MULTILINE)
 _NCHW_GATHER = re.compile(r"^(K\d+_USE_CHANNELS_LAST = )0$", re.MULTILINE)
+_UNSPLIT = re.compile(r"^(K\d+_USE_SPLIT_TF32 = )0$", re.MULTILINE)
 
 
 def _exact_taps_loop_convolutions(source: str, tolerance: str) -> bool:
@@ -75,7 +76,11 @@ def _exact_taps_loop_convolutions(source: str, tolerance: str) -> bool:
     exact) on the 2-D and 3-D convolutions with 16 or more channels a group (l1_57 26.1 to 14.5 ms,
     l1_69 21.6 to 11.1), within 2.5e-6 of cuDNN's fp32 output; in IEEE the same gather ran 1.02-2.4x
     slower (section 17), and neither gain holds for the general loop, which runs below 16 channels
-    at stride 1 (l2_67 4.55 ms exact, 5.23 in tf32x3 channels-last)."""
+    at stride 1 (l2_67 4.55 ms exact, 5.23 in tf32x3 channels-last).  With the operands split as
+    they are copied (``USE_SPLIT_TF32``), in place of ``tf32x3``'s split in registers each step,
+    the same tile ran 1.3-1.5x faster again on 9 of those 11 convolutions (l1_69 11.2 to 7.7 ms,
+    l1_68 31.7 to 20.6; ``experiments/kernelbench_search.md``, section 20), 1.15x slower on l1_79
+    (1-D, transposed, strided) and level on l1_81."""
     if tolerance == "kernelbench" or not _TAPS_LOOP_FIRST.search(source) or _GENERAL_LOOP_FIRST.search(source):
         return False
     return any(current_precision(m) == "ieee" for m in dot_arguments(source))
@@ -88,9 +93,10 @@ def seed_kernels(source: str, tolerance: str) -> tuple[str, ...]:
     every dot on tensor cores, split precision (``tf32x3``), or plain TF32 under the ``kernelbench``
     tolerance, then the derived one as it is, in case the first misses the checks.  Likewise under
     the strict tolerance where it holds the engine's convolutions, each starting from the taps
-    loop: first in ``tf32x3``, gathering from a channels-last copy of the input
-    (:func:`_exact_taps_loop_convolutions` says why); under the ``kernelbench`` tolerance they are
-    derived in TF32 already.
+    loop: first gathering from a channels-last copy of the input, as three TF32 products of operands
+    split as they are copied (the library's dots in ``tf32x3`` where the search switches the split
+    off; :func:`_exact_taps_loop_convolutions` says why); under the ``kernelbench`` tolerance they
+    are derived in TF32 already.
 
     In the strict record of ``experiments/kernelbench_search.md`` (section 17) the derived GEMM
     seeds took 2.1x torch.compile's time; their first ``dot_precision`` children, these kernels,
@@ -107,8 +113,9 @@ def seed_kernels(source: str, tolerance: str) -> tuple[str, ...]:
         moved, _ = warps_for_split_precision(moved)
     gathered = ""
     if convolutions:
-        moved = _NCHW_GATHER.sub(r"\g<1>1", moved)
-        gathered = ", the convolutions gathering channels-last"
+        moved = _UNSPLIT.sub(r"\g<1>1", _NCHW_GATHER.sub(r"\g<1>1", moved))
+        gathered = (",\n# the convolutions gathering channels-last, three TF32 products of operands split as"
+                    " they are copied")
     said = (f"# The seed derived from torch.compile with every dot in {precision}{gathered}\n"
             "# (evo.core.dot_precision.seed_kernels); the run seeds the exact one beside it.\n")
     return said + moved, source
