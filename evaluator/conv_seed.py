@@ -54,6 +54,15 @@ def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: in
     return (64, 16 if per_group <= 16 else 32, 32, 4, 2)
 
 
+# A taps-loop call site with exact products and this many output channels a group or more starts
+# from a 128 x 128 tile in eight warps (64 accumulator floats a thread): the tile its strict twin
+# splits in (evo.core.dot_precision.seed_kernels).  On an H100 (experiments/kernelbench_search.md,
+# section 20) l1_69 (128 outputs) split channels-last ran 6.21 ms at it against 7.69 at 128 x 64 in
+# four warps; in the strict record of section 21 its best kept the narrower tile (7.48 ms on H200s).
+WIDE_SPLIT_CHANNELS = 128
+WIDE_SPLIT_TILE = (128, 128, 16, 8, 3)
+
+
 def channels_last_first(weight_shape: tuple[int, ...], transposed: bool, groups: int, precision: str) -> bool:
     """Whether the taps loop starts from the channels-last gather (else the NCHW one); where the
     call site has the switch, the search may flip it.  With the seed's tile on the 18 convolutions
@@ -149,7 +158,11 @@ def replace_convolutions(lines: list[str], first_index: int, precision: str = "i
         indent, buffer, args = match.groups()
         index = first_index + len(launchers)
         shape = _convolution_shape(args, lines)
-        block_m, block_n, block_k, warps, stages = seed_tile(*shape)
+        tile = seed_tile(*shape)
+        if precision == "ieee" and _two_loops(*shape) and _taps_loop_first(*shape, _strided(args)) and \
+                _per_group(*shape)[1] >= WIDE_SPLIT_CHANNELS:
+            tile = WIDE_SPLIT_TILE
+        block_m, block_n, block_k, warps, stages = tile
         names = [f"K{index}_BLOCK_M = {block_m}", f"K{index}_BLOCK_N = {block_n}", f"K{index}_BLOCK_K = {block_k}",
                  f"K{index}_NUM_WARPS = {warps}", f"K{index}_NUM_STAGES = {stages}"]
         choice = ""

@@ -294,6 +294,20 @@ def test_a_call_site_that_can_run_either_loop_gets_a_switch(weight, transposed, 
     assert (f"channels_last={bool(gather)}" in launchers[0]) is (taps_first == 0)
 
 
+@pytest.mark.parametrize("precision", ["ieee", "tf32"])
+@pytest.mark.parametrize("outputs, tile", [(128, "128, 128, 16, 8, 3"), (256, "128, 128, 16, 8, 3"),
+                                           (64, "128, 64, 16, 4, 3")])
+def test_a_strict_taps_loop_with_many_outputs_starts_from_the_tile_its_split_twin_runs_best(outputs, tile, precision):
+    lines = [f"assert_size_stride(arg0_1, (64, {outputs}, 3, 5), (1, 1, 1, 1))",  # transposed: (in, out, ...)
+             "buf0 = extern_kernels.convolution(arg1_1, arg0_1, stride=(1, 1), padding=(0, 0), dilation=(1, 1), "
+             "transposed=True, output_padding=(0, 0), groups=1, bias=None)"]
+    _, constants, _ = replace_convolutions(lines, 0, precision)
+    values = dict(line.split(" = ") for line in constants[0].splitlines())
+    wide = precision == "ieee" or outputs == 64  # TF32 (kernelbench's tolerance) keeps seed_tile's
+    got = ", ".join(values[f"K0_{n}"] for n in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES"))
+    assert (got == tile) is wide and (got == "128, 64, 16, 4, 3") is (not wide or outputs == 64)
+
+
 @pytest.mark.parametrize("precision, gather", [("ieee", 0), ("tf32x3", 0), ("tf32", 1)])
 def test_a_one_dimensional_convolution_gathers_channels_last_only_in_tf32(precision, gather):
     lines = ["assert_size_stride(arg0_1, (32, 64, 5), (320, 5, 1))",
