@@ -28,7 +28,7 @@ memory: each program gathers its tile straight from the input (or its channels-l
 - Stride, padding and dilation are compile-time constants: a transposed convolution's division
   and remainder by the stride become shifts, or vanish for a stride of one.
 - fp32 products are exact (``input_precision="ieee"``), as the strict references run.  Or
-  (``split``, the taps kernel) three TF32 products of operands split into a TF32 part and the
+  (``split``) three TF32 products of operands split into a TF32 part and the
   rest as they are copied (the weight's packing, the input's copy): nearly fp32's accuracy, as
   ``tf32x3`` gives, without splitting both operands in registers at every step; on an H100, 1.3-1.5x
   faster than ``tf32x3`` on 9 of the 11 taps-loop convolutions of the KernelBench sample
@@ -122,7 +122,7 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
                  HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  PHASED: tl.constexpr, CHECK_D: tl.constexpr, CHECK_H: tl.constexpr, CHECK_W: tl.constexpr,
-                 OFFSETS_32: tl.constexpr):
+                 OFFSETS_32: tl.constexpr, SPLIT: tl.constexpr = False, x_lo=0, w_lo=0):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     group = tl.program_id(2)
@@ -193,8 +193,13 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
             w_offsets = (group * C_group + channel)[None, :] * sw0 + offs_n[:, None] * sw1 + taps
         else:  # weight (O, C_in / groups, *kernel)
             w_offsets = (group * O_group + offs_n)[:, None] * sw0 + channel[None, :] * sw1 + taps
-        b = tl.trans(tl.load(w_ptr + w_offsets, mask=n_mask[:, None] & k_mask[None, :], other=0.0))
-        if IEEE:
+        w_mask = n_mask[:, None] & k_mask[None, :]
+        b = tl.trans(tl.load(w_ptr + w_offsets, mask=w_mask, other=0.0))
+        if SPLIT:  # both operands split in memory, their second parts x_lo and w_lo elements on
+            a_small = tl.trans(tl.load(x_group + x_lo + x_offsets, mask=valid, other=0.0))
+            b_small = tl.trans(tl.load(w_ptr + w_lo + w_offsets, mask=w_mask, other=0.0))
+            acc = _split_product(acc, a, a_small, b, b_small)
+        elif IEEE:
             acc += tl.dot(a, b, input_precision="ieee")
         else:
             acc += tl.dot(a, b)
@@ -240,6 +245,17 @@ def _tap_rows(qd, qh, qw, r_d, r_h, r_w, m_mask, x_base, w_group, C_group, O_gro
 
 
 @triton.jit
+def _split_product(acc, a, a_small, b, b_small):
+    # Three TF32 products of operands split in memory (a value's TF32 part, then the rest: see
+    # conv_launch's _tf32_parts), small ones first: nearly fp32's accuracy (the 3xTF32 of CUTLASS)
+    # with each operand fed to the tensor cores as it is loaded, where input_precision="tf32x3"
+    # splits both in registers every step.
+    acc = tl.dot(a_small, b, acc)
+    acc = tl.dot(a, b_small, acc)
+    return tl.dot(a, b, acc)
+
+
+@triton.jit
 def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, O_group, n_mask, sxc, x_lo, w_lo,
                      IEEE: tl.constexpr, CHANNELS_LAST: tl.constexpr, SPLIT: tl.constexpr):
     # One tap's block of input channels times its weights, added to the tile.  The gather's lanes
@@ -261,20 +277,14 @@ def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, O_group, n_mask
         b_mask = c_mask[:, None] & n_mask[None, :]
         a = tl.trans(tl.load(a_at, mask=a_mask, other=0.0))
         b = tl.load(b_at, mask=b_mask, other=0.0)
-    if SPLIT:
-        # Both operands come split in memory (x_lo and w_lo elements on): a value's TF32 part, then
-        # what is left of it.  Three TF32 products of the parts, small ones first, give nearly fp32's
-        # accuracy (the 3xTF32 of CUTLASS) with each operand fed to the tensor cores as it is loaded,
-        # where input_precision="tf32x3" splits both in registers every step.
+    if SPLIT:  # both operands split in memory, their second parts x_lo and w_lo elements on
         if CHANNELS_LAST:
             a_small = tl.load(a_at + x_lo, mask=a_mask, other=0.0)
             b_small = tl.trans(tl.load(b_at + w_lo, mask=b_mask, other=0.0))
         else:
             a_small = tl.trans(tl.load(a_at + x_lo, mask=a_mask, other=0.0))
             b_small = tl.load(b_at + w_lo, mask=b_mask, other=0.0)
-        acc = tl.dot(a_small, b, acc)
-        acc = tl.dot(a, b_small, acc)
-        return tl.dot(a, b, acc)
+        return _split_product(acc, a, a_small, b, b_small)
     elif IEEE:
         return acc + tl.dot(a, b, input_precision="ieee")
     else:

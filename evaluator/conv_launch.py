@@ -114,9 +114,9 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     compiled graph expects a particular layout, else it is contiguous.  ``taps_loop``: the taps
     kernel (True), the general one (False), or the taps kernel from 16 channels a group (None);
     ``channels_last``: the taps kernel gathers from a channels-last copy of the input; ``split``
-    (fp32, with the taps kernel): three TF32 products of operands split as they are copied (the
-    input's copy is then made channels-last or not); ``epilogue``: up to six tensors, the
-    ``ep*_ptr`` operands of ``_epilogue``."""
+    (fp32, the taps or the general kernel): three TF32 products of operands split as they are
+    copied (the input's copy made channels-last where the taps kernel gathers so); ``epilogue``:
+    up to six tensors, the ``ep*_ptr`` operands of ``_epilogue``."""
     dims = x.dim() - 2
     kernel = list(weight.shape[2:])
     stride, padding, dilation, output_padding = (
@@ -194,11 +194,16 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
                                 **shared)
         return out
     grid = (triton.cdiv(m_total, block_m), triton.cdiv(o_group, block_n), groups)
+    split = bool(split) and x.dtype == torch.float32
+    if split:  # each operand's TF32 parts, the second one copy's length after the first
+        x, weight = _split(x.contiguous()), _split(weight.contiguous())
+        layouts = (*_layout(x), *_layout(weight), *out_layout, *geometry)
     # every offset of a gather within int32, with room for a block of channels past the last
     span = sum((n - 1) * abs(s) for n, s in zip(x.shape, x.stride())) + (c_group + block_k) * abs(x.stride(1))
     _conv_kernel[grid](x, weight, b_arg, out, *operands, c_in, *sizes, o_group, k_total, *layouts,
                        IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k,
-                       OFFSETS_32=span < _INT32_SPAN, **shared, **_gather_checks(transposed, stride, padding))
+                       OFFSETS_32=span < _INT32_SPAN, SPLIT=split, x_lo=x.numel(), w_lo=weight.numel(), **shared,
+                       **_gather_checks(transposed, stride, padding))
     return out
 
 

@@ -172,17 +172,18 @@ def replace_convolutions(lines: list[str], first_index: int, precision: str = "i
             # (where the general loop comes first, the taps loop is tried in the gather
             # channels_last_first gives: a switch of its own would flip nothing while unused)
             # (and, with exact products, whether they come as three TF32 products of split operands:
-            # off in the seed, on in its strict twin, evo.core.dot_precision.seed_kernels)
+            # off in the seed; on in its strict twin where every site starts from the taps loop,
+            # evo.core.dot_precision.seed_kernels; the general loop's split is not yet timed)
             gather = channels_last_first(*shape, precision)
-            split = ""
             if _taps_loop_first(*shape, _strided(args)):
                 names[:0] = [f"K{index}_USE_TAPS_LOOP = 1", f"K{index}_USE_CHANNELS_LAST = {int(gather)}"]
                 gather = f"K{index}_USE_CHANNELS_LAST == 1"
-                if precision == "ieee":
-                    names.insert(2, f"K{index}_USE_SPLIT_TF32 = 0")
-                    split = f", split=K{index}_USE_SPLIT_TF32 == 1"
             else:
                 names.insert(0, f"K{index}_USE_TAPS_LOOP = 0")
+            split = ""
+            if precision == "ieee":  # either loop (the general one: the search's to switch on)
+                names.insert(2 if names[0].endswith("= 1") else 1, f"K{index}_USE_SPLIT_TF32 = 0")
+                split = f", split=K{index}_USE_SPLIT_TF32 == 1"
             choice = (f", taps_loop=K{index}_USE_TAPS_LOOP == 1,\n"
                       f"                        channels_last={gather}{split}")
         constants.append("\n".join(names))

@@ -121,6 +121,8 @@ CASES = {  # name: (kernel, constexprs beyond the tile); strides are runtime arg
     "transposed, stride 2": ("_conv_kernel", dict(TRANSPOSED=True, **dict(GEOMETRY, stride_h=2, stride_w=2,
                                                                            pad_h=1, pad_w=1), **dict(
         UNPADDED, PHASED=True))),
+    "regular, stride 1, split in memory": ("_conv_kernel", dict(TRANSPOSED=False, **GEOMETRY, **UNPADDED,
+                                                                 SPLIT=True)),
     "regular, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=False, **GEOMETRY, **STEPS)),
     "transposed, stride 1, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **GEOMETRY, **STEPS)),
     "transposed, stride 2, taps kernel": ("_conv_taps_kernel", dict(TRANSPOSED=True, **dict(

@@ -202,17 +202,19 @@ def test_a_split_copy_holds_each_value_as_a_tf32_part_and_the_rest(conv, split):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("loop", ["taps, NCHW", "taps, channels-last", "general"])
 @pytest.mark.parametrize("case", [
     (lambda: torch.nn.Conv2d(16, 8, 3, stride=2, padding=1, dilation=(1, 2)), (2, 16, 7, 9)),
     (lambda: torch.nn.ConvTranspose2d(32, 8, (3, 2), stride=(2, 1), groups=2, bias=False), (1, 32, 5, 4)),
     (lambda: torch.nn.ConvTranspose2d(20, 12, (3, 5), padding=(1, 2)), (2, 20, 5, 6)),
     (lambda: torch.nn.Conv1d(20, 6, 5, stride=3, padding=2, dilation=2), (2, 20, 17)),
+    (lambda: torch.nn.Conv3d(3, 8, 3), (1, 3, 4, 5, 5)),  # 3 channels: the general loop's own
 ])
-def test_three_tf32_products_of_split_operands_match_pytorchs(conv, case, channels_last):
+def test_three_tf32_products_of_split_operands_match_pytorchs(conv, case, loop, monkeypatch):
     # Triton's interpreter multiplies in fp32 whatever the precision: this checks the parts are
     # read where they were written and all three products are summed, not TF32's rounding
     convolution, device = conv
+    monkeypatch.setitem(convolution.__globals__, "_conv_taps_kernel" if loop == "general" else "_conv_kernel", None)
     make, shape = case
     torch.manual_seed(0)
     module = make().to(device)
@@ -220,7 +222,8 @@ def test_three_tf32_products_of_split_operands_match_pytorchs(conv, case, channe
     transposed = isinstance(module, TRANSPOSED)
     out = convolution(x, module.weight.detach(), None if module.bias is None else module.bias.detach(), module.stride,
                       module.padding, module.dilation, transposed, module.output_padding if transposed else (0,),
-                      module.groups, block_m=16, block_n=16, block_k=16, channels_last=channels_last, split=True)
+                      module.groups, block_m=16, block_n=16, block_k=16, taps_loop=loop != "general",
+                      channels_last=loop.endswith("channels-last"), split=True)
     with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # as references run
         expected = module(x)
     torch.testing.assert_close(out, expected, atol=1e-4 * 1e3, rtol=1e-4)
