@@ -256,6 +256,15 @@ def _split_product(acc, a, a_small, b, b_small):
 
 
 @triton.jit
+def _tap_operands(a_at, a_mask, b_at, b_mask, CHANNELS_LAST: tl.constexpr):
+    # A tap's gathered input block and its weights, loaded as laid out and turned for the product.
+    if CHANNELS_LAST:
+        return tl.load(a_at, mask=a_mask, other=0.0), tl.trans(tl.load(b_at, mask=b_mask, other=0.0))
+    else:
+        return tl.trans(tl.load(a_at, mask=a_mask, other=0.0)), tl.load(b_at, mask=b_mask, other=0.0)
+
+
+@triton.jit
 def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, O_group, n_mask, sxc, x_lo, w_lo,
                      IEEE: tl.constexpr, CHANNELS_LAST: tl.constexpr, SPLIT: tl.constexpr):
     # One tap's block of input channels times its weights, added to the tile.  The gather's lanes
@@ -268,22 +277,14 @@ def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, O_group, n_mask
         a_mask = rows[:, None] & c_mask[None, :]
         b_at = w_tap + channel[None, :]
         b_mask = n_mask[:, None] & c_mask[None, :]
-        a = tl.load(a_at, mask=a_mask, other=0.0)
-        b = tl.trans(tl.load(b_at, mask=b_mask, other=0.0))
     else:
         a_at = x_rows[None, :] + channel[:, None].to(tl.int64) * sxc
         a_mask = c_mask[:, None] & rows[None, :]
         b_at = w_tap + channel[:, None] * O_group
         b_mask = c_mask[:, None] & n_mask[None, :]
-        a = tl.trans(tl.load(a_at, mask=a_mask, other=0.0))
-        b = tl.load(b_at, mask=b_mask, other=0.0)
+    a, b = _tap_operands(a_at, a_mask, b_at, b_mask, CHANNELS_LAST)
     if SPLIT:  # both operands split in memory, their second parts x_lo and w_lo elements on
-        if CHANNELS_LAST:
-            a_small = tl.load(a_at + x_lo, mask=a_mask, other=0.0)
-            b_small = tl.trans(tl.load(b_at + w_lo, mask=b_mask, other=0.0))
-        else:
-            a_small = tl.trans(tl.load(a_at + x_lo, mask=a_mask, other=0.0))
-            b_small = tl.load(b_at + w_lo, mask=b_mask, other=0.0)
+        a_small, b_small = _tap_operands(a_at + x_lo, a_mask, b_at + w_lo, b_mask, CHANNELS_LAST)
         return _split_product(acc, a, a_small, b, b_small)
     elif IEEE:
         return acc + tl.dot(a, b, input_precision="ieee")

@@ -133,6 +133,7 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
         spatial = [(n + 2 * p - d * (k - 1) - 1) // s + 1 for n, s, p, d, k
                    in zip(x.shape[2:], stride, padding, dilation, kernel)]
     size = [batch, out_channels, *spatial]
+    split = bool(split) and x.dtype == torch.float32  # three TF32 products stand for fp32 ones only
     if out_size is None:
         out = torch.empty(size, dtype=x.dtype, device=x.device)
     else:
@@ -179,7 +180,6 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
             weight.reshape(groups, o_group, c_group, taps).transpose(1, 2)
         packed = by_input.permute(0, 3, 2, 1) if channels_last else by_input.permute(0, 3, 1, 2)
         packed = packed.contiguous()
-        split = bool(split) and x.dtype == torch.float32
         if split:  # each operand's TF32 parts, the second one copy's length after the first
             packed = _split(packed)
             x = _channels_last(x, split=True) if channels_last else _split(x.contiguous())
@@ -195,7 +195,6 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
                                 **shared)
         return out
     grid = (triton.cdiv(m_total, block_m), triton.cdiv(o_group, block_n), groups)
-    split = bool(split) and x.dtype == torch.float32
     if split:  # each operand's TF32 parts, the second one copy's length after the first
         x, weight = _split(x.contiguous()), _split(weight.contiguous())
         layouts = (*_layout(x), *_layout(weight), *out_layout, *geometry)

@@ -158,11 +158,9 @@ def replace_convolutions(lines: list[str], first_index: int, precision: str = "i
         indent, buffer, args = match.groups()
         index = first_index + len(launchers)
         shape = _convolution_shape(args, lines)
-        tile = seed_tile(*shape)
-        if precision == "ieee" and _two_loops(*shape) and _taps_loop_first(*shape, _strided(args)) and \
-                _per_group(*shape)[1] >= WIDE_SPLIT_CHANNELS:
-            tile = WIDE_SPLIT_TILE
-        block_m, block_n, block_k, warps, stages = tile
+        taps_first = _two_loops(*shape) and _taps_loop_first(*shape, _strided(args))
+        wide = precision == "ieee" and taps_first and _per_group(*shape)[1] >= WIDE_SPLIT_CHANNELS
+        block_m, block_n, block_k, warps, stages = WIDE_SPLIT_TILE if wide else seed_tile(*shape)
         names = [f"K{index}_BLOCK_M = {block_m}", f"K{index}_BLOCK_N = {block_n}", f"K{index}_BLOCK_K = {block_k}",
                  f"K{index}_NUM_WARPS = {warps}", f"K{index}_NUM_STAGES = {stages}"]
         choice = ""
@@ -175,14 +173,14 @@ def replace_convolutions(lines: list[str], first_index: int, precision: str = "i
             # off in the seed; on in its strict twin where every site starts from the taps loop,
             # evo.core.dot_precision.seed_kernels; the general loop's split is not yet timed)
             gather = channels_last_first(*shape, precision)
-            if _taps_loop_first(*shape, _strided(args)):
+            if taps_first:
                 names[:0] = [f"K{index}_USE_TAPS_LOOP = 1", f"K{index}_USE_CHANNELS_LAST = {int(gather)}"]
                 gather = f"K{index}_USE_CHANNELS_LAST == 1"
             else:
                 names.insert(0, f"K{index}_USE_TAPS_LOOP = 0")
             split = ""
             if precision == "ieee":  # either loop (the general one: the search's to switch on)
-                names.insert(2 if names[0].endswith("= 1") else 1, f"K{index}_USE_SPLIT_TF32 = 0")
+                names.insert(2 if taps_first else 1, f"K{index}_USE_SPLIT_TF32 = 0")
                 split = f", split=K{index}_USE_SPLIT_TF32 == 1"
             choice = (f", taps_loop=K{index}_USE_TAPS_LOOP == 1,\n"
                       f"                        channels_last={gather}{split}")
