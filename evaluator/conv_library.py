@@ -1,5 +1,6 @@
-"""The seeds' convolution as one text: the Triton kernels of ``evaluator/conv_kernel.py``, then
-the host side of ``evaluator/conv_launch.py``, each below its ``# --- seed ---`` line.
+"""The seeds' convolution as one text: the helpers the kernels share (``evaluator/conv_geometry.py``),
+the Triton kernels of ``evaluator/conv_kernel.py``, then the host side of
+``evaluator/conv_launch.py``, each below its ``# --- seed ---`` line.
 
 A seed carries :func:`seed_text` (``evaluator.conv_seed.CONV_LIBRARY``) under its own imports;
 :func:`module_text` is the same library as one self-contained module, which probes and tests load
@@ -14,8 +15,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-# in the order a seed carries them: the kernels, then what launches them
-PARTS = (HERE / "conv_kernel.py", HERE / "conv_launch.py")
+# in the order a seed carries them: what the kernels share, the kernels, then what launches them
+PARTS = (HERE / "conv_geometry.py", HERE / "conv_kernel.py", HERE / "conv_launch.py")
 SEED_LINE = "# --- seed ---\n"
 _IMPORTS = "import torch\nimport triton\nimport triton.language as tl\n"
 

@@ -14,7 +14,8 @@ import re
 
 from evaluator import conv_library
 
-# what a seed carries of the convolution: evaluator/conv_kernel.py's kernels, then conv_launch.py's host side
+# what a seed carries of the convolution: conv_geometry.py's helpers, conv_kernel.py's kernels, then
+# conv_launch.py's host side (evaluator.conv_library)
 CONV_LIBRARY = conv_library.seed_text()
 _CONVOLUTION = re.compile(r"^(\s*)(\w+) = extern_kernels\.convolution\((.*)\)\s*$")
 

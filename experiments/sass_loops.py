@@ -5,7 +5,7 @@ each backward branch of its SASS closes a loop, whose instructions are counted b
 integer ones, loads).  A proxy, not a timing: it tells where a change removes work from a hot loop
 (index arithmetic, say), not what that buys on the GPU.
 
-    python3 experiments/sass_loops.py [--old REV]   # the convolution kernels of evaluator/conv_kernel.py
+    python3 experiments/sass_loops.py [--old REV]   # the convolution kernels (evaluator.conv_library)
 
 With ``--old REV`` the same cases are counted for ``evaluator/conv_kernel.py`` at that git revision
 (``git show``), side by side.  Prints one JSON object per case and kernel, with the registers a
@@ -43,7 +43,7 @@ def _module(path: Path, name: str):
 
 
 def _with_dots(module, precision: str):
-    """``module`` (a version of evaluator/conv_kernel.py) with its IEEE dots in ``precision``."""
+    """``module`` (a version of the convolution's kernels) with its IEEE dots in ``precision``."""
     text = Path(module.__file__).read_text().replace('input_precision="ieee"', f'input_precision="{precision}"')
     path = Path(tempfile.mkdtemp()) / f"{module.__name__}_{precision}.py"
     path.write_text(text)
@@ -148,8 +148,13 @@ def main() -> None:
     parser.add_argument("--old", help="a git revision whose evaluator/conv_kernel.py to count beside")
     args = parser.parse_args()
     root = Path(__file__).resolve().parents[1]
-    versions = {"now": _module(root / "evaluator" / "conv_kernel.py", "conv_now")}
-    if args.old:
+    sys.path.insert(0, str(root))
+    from evaluator.conv_library import module_text  # noqa: E402 (the root on the path first)
+
+    now = Path(tempfile.mkdtemp()) / "conv_now.py"  # the library as one module: helpers, kernels, launch
+    now.write_text(module_text())
+    versions = {"now": _module(now, "conv_now")}
+    if args.old:  # that revision's kernels (one whose helpers are in conv_geometry.py takes this tree's)
         text = subprocess.run(["git", "-C", str(root), "show", f"{args.old}:evaluator/conv_kernel.py"],
                               capture_output=True, text=True, check=True).stdout
         old = Path(tempfile.mkdtemp()) / "conv_old.py"

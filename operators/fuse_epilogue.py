@@ -1,13 +1,14 @@
 """Offline fusion of two launches: a pointwise kernel folded into the convolution that produced its input.
 
 Needs no LLM.  Where inductor calls cuDNN for a convolution, the seed runs the engine's Triton
-convolution (``evaluator/conv_kernel.py``) and then inductor's own pointwise kernel over its output
-(the bias, activations, a batch norm's affine map: ``triton_poi_*``), which reads the whole output
-back from memory and writes it again.  The child runs that kernel's body in the convolution's
-epilogue instead, on the tile in registers: the library's ``_epilogue`` (which only stores the
-tile) takes the kernel's body, its other tensors go in as the convolution's ``epilogue=`` operands,
-and the kernel's launch, launcher, kernel and tunable constants go.  One output round trip saved:
-2 x 4 bytes an element in fp32 (0.94 GB on l2_7 of the KernelBench sample).
+convolution (``evaluator/conv_kernel.py``; its ``_epilogue`` in ``conv_geometry.py``) and then
+inductor's own pointwise kernel over its output (the bias, activations, a batch norm's affine map:
+``triton_poi_*``), which reads the whole output back from memory and writes it again.  The child
+runs that kernel's body in the convolution's epilogue instead, on the tile in registers: the
+library's ``_epilogue`` (which only stores the tile) takes the kernel's body, its other tensors go
+in as the convolution's ``epilogue=`` operands, and the kernel's launch, launcher, kernel and
+tunable constants go.  One output round trip saved: 2 x 4 bytes an element in fp32 (0.94 GB on l2_7
+of the KernelBench sample).
 
 Correct by construction, as far as the rewrite reaches: the kernel's index ``xindex`` is an element's
 offset into the convolution's output (it reads that output at ``xindex`` and nowhere else), so in
