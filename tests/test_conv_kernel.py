@@ -248,7 +248,8 @@ def test_a_strided_transposed_convolution_visits_only_the_taps_its_phases_admit(
 def test_a_seed_starts_from_a_tile_suited_to_its_output_channels():
     assert seed_tile((128, 64, 3, 3), False, 1) == (128, 64, 16, 4, 3)  # 128 outputs: the wide tile
     assert seed_tile((64, 128, 3, 5), True, 1) == (128, 64, 16, 4, 3)  # transposed: (in, out, ...)
-    assert seed_tile((32, 8, 3, 3, 3), False, 1) == (64, 32, 32, 4, 2)
+    assert seed_tile((32, 8, 3, 3, 3), False, 1) == (128, 32, 32, 4, 2)  # 8 inputs: the general loop's
+    assert seed_tile((32, 16, 3, 3), False, 1) == (64, 32, 32, 4, 2)  # 16 inputs: the taps loop's
     assert seed_tile((16, 3, 3, 3, 3), False, 1)[1] == 16
     assert seed_tile((128, 1, 3, 3), False, 128)[0] == 256  # depthwise: the direct kernel's positions
     assert seed_tile(None, False, 4) == (64, 16, 32, 4, 2)  # shape unknown: as before
