@@ -45,6 +45,7 @@ def _run_main() -> None:
     @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
     def run(cfg) -> list[dict]:
         from evo.config import build, to_yaml
+        from evo.interrupts import interrupted, one_interrupt
         from evo.runner import run_search
 
         hydra_cfg = HydraConfig.get()
@@ -52,15 +53,16 @@ def _run_main() -> None:
         if sweeping:  # every sweep job gets its own run dir under hydra.sweep.dir
             cfg.run.dir = hydra_cfg.runtime.output_dir
         try:
-            cfg, overrides = _resumed(cfg, list(hydra_cfg.overrides.task))
-            # per-task rows, for the sweep's summary
-            return run_search(build(cfg), to_yaml(cfg), overrides=overrides)
+            with one_interrupt():  # SIGINTs that come together (timeout's to the group, Ray's) count once
+                cfg, overrides = _resumed(cfg, list(hydra_cfg.overrides.task))
+                # per-task rows, for the sweep's summary
+                return run_search(build(cfg), to_yaml(cfg), overrides=overrides)
         except EvoError as exc:
             if sweeping:
                 raise  # the job fails; the sweep summary records why
             sys.exit(_fail(str(exc)))
-        except KeyboardInterrupt:  # Ctrl-C, at start-up or mid-search: every commit is kept
-            if sweeping:
+        except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C, at start-up or mid-search: every commit is kept
+            if sweeping or not interrupted(exc):  # (a lock an interrupt broke on its way out counts as one)
                 raise
             sys.exit(_fail(f"interrupted; every committed change is kept: run `evo run run.dir={cfg.run.dir}` "
                            "again to continue", 130))

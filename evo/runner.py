@@ -19,6 +19,7 @@ from evaluator.containment import describe, probe
 from evo.config import Components
 from evo.core.errors import RunError, TaskError
 from evo.core.run_dir import RUN_FILE, check_run_dir, lock_run_dir, write_atomically
+from evo.interrupts import interrupted
 from evo.loop.arrivals import TaskArrivals
 from evo.loop.controller import Controller
 from evo.loop.novelty import NoveltyFilter
@@ -199,10 +200,11 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
         except ArchiveError as exc:
             raise ArchiveError(f"{exc}; every committed change is kept: run `evo run run.dir={run_dir}` "
                                "again to continue") from None
-        except KeyboardInterrupt:
+        except (Exception, KeyboardInterrupt) as exc:
             # The evaluations under way are stopped with their workers (the backend's close, below),
             # not awaited: a resume evaluates them again.  The CLI says how to go on.
-            events("interrupted")
+            if interrupted(exc):
+                events("interrupted")
             raise
         finally:
             events.close()

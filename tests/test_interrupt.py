@@ -13,7 +13,8 @@ from tests.support.candidates import GOOD, TASK
 
 
 @pytest.mark.slow
-def test_an_interrupted_run_stops_at_once_and_says_how_to_go_on(tmp_path):
+@pytest.mark.parametrize("signals", [1, 2])  # 2: as `timeout -s INT` to the process group and Ray together
+def test_an_interrupted_run_stops_at_once_and_says_how_to_go_on(tmp_path, signals):
     tasks = tmp_path / "tasks"
     (tasks / "seeds").mkdir(parents=True)
     (tasks / "double.py").write_text(TASK)
@@ -32,7 +33,9 @@ def test_an_interrupted_run_stops_at_once_and_says_how_to_go_on(tmp_path):
         assert events.exists(), proc.communicate(timeout=30)
         time.sleep(3)  # the seed's evaluation is under way, asleep in its sandbox
         stopped = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        for _ in range(signals):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.01)
         out, err = proc.communicate(timeout=60)
         took = time.monotonic() - stopped
     finally:
