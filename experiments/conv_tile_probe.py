@@ -90,15 +90,19 @@ def run_tile(lib, module, x, tile, variant: str = "ieee"):
 
 
 def gather(variant: str) -> dict:
-    """``_convolution``'s gather switches a variant names: ``-cl`` channels-last; ``split``, three
-    TF32 products of operands split as they are copied (with the library's IEEE text)."""
-    kwargs = {"channels_last": True} if variant.endswith("-cl") else {}
-    return {**kwargs, "split": True} if variant.startswith("split") else kwargs
+    """``_convolution``'s switches a variant names after its precision: ``-cl`` channels-last;
+    ``-taps`` / ``-general`` the taps or the general reduction loop (else the library's choice);
+    ``split``, three TF32 products of operands split as they are copied (with the library's IEEE text)."""
+    name, *flags = variant.split("-")
+    kwargs = {"channels_last": True} if "cl" in flags else {}
+    if "taps" in flags or "general" in flags:
+        kwargs["taps_loop"] = "taps" in flags
+    return {**kwargs, "split": True} if name == "split" else kwargs
 
 
 def dots(variant: str) -> str:
     """The precision a variant's library text puts in its dots (``split`` keeps the IEEE ones)."""
-    name = variant.removesuffix("-cl")
+    name = variant.split("-")[0]
     return "ieee" if name == "split" else name
 
 
@@ -113,7 +117,8 @@ def main() -> None:
                              "evaluator/conv_kernel.py standing for the whole of it)")
     parser.add_argument("--precisions", default="ieee,tf32x3",
                         help="comma-separated: ieee, tf32x3, tf32 (the dots' precision) or split (three TF32 "
-                             "products of operands split in memory), each with -cl for the channels-last gather")
+                             "products of operands split in memory), each with -cl for the channels-last gather and "
+                             "-taps or -general for the reduction loop (split-cl-taps, say)")
     parser.add_argument("--tolerance", choices=("strict", "kernelbench"), default="strict",
                         help="strict: cuDNN without TF32, a variant counts within 1e-4 of its output; kernelbench: "
                              "cuDNN in PyTorch's defaults (TF32), within 1e-2 (TF32 variants count)")
