@@ -15,12 +15,14 @@ from rich.console import Console
 
 from archive import Archive, ArchiveError
 from evaluator import Evaluator, resolve_device
+from evaluator.device import gpu_environment
 from evaluator.containment import describe, probe
 from evo.config import Components
 from evo.core.errors import RunError, TaskError
 from evo.core.run_dir import RUN_FILE, check_run_dir, lock_run_dir, write_atomically
 from evo.interrupts import interrupted
 from evo.loop.arrivals import TaskArrivals
+from evo.loop.check_store import store_check, stored_check
 from evo.loop.controller import Controller
 from evo.loop.novelty import NoveltyFilter
 from evo.loop.seed_store import store_seed, stored_seed
@@ -106,6 +108,9 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
         cluster = cluster_gpus(c.ray)  # evaluators go to every GPU of the cluster, not just this node's
         if cluster:
             device, gpus = "cuda", cluster
+    # Where references are checked, for a check stored by an earlier start to stand: this host's GPUs
+    # (a cluster's nodes may hold others: there every start checks again).
+    environment = gpu_environment() if device == "cuda" and not (c.backend == "ray" and c.ray.address) else ""
     c = dataclasses.replace(c, evaluator=c.evaluator.on(device))  # what depends on the device, decided once
     previous = json.loads((run_dir / RUN_FILE).read_text()) if resuming else {}
     resume_count = int(previous.get("resumes", -1)) + 1
@@ -125,6 +130,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
         stream = prepare_stream(c.tasks, backend, on_gpu=device == "cuda", compile_seeds=c.compile_seeds,
                                 llm=seeding is not None, earlier=aside_before, has_programs=has_programs,
                                 console=console, stored=(lambda t: stored_seed(earlier, t)) if earlier else None,
+                                checked=(lambda t: stored_check(earlier, t, environment)) if earlier else None,
                                 tolerance=c.evaluator.tolerance)
         # With a pipeline on a GPU the search starts with the first task ready, the others joining as
         # their preparation ends (its workers are stopped while a candidate times: evaluator.gate);
@@ -166,6 +172,8 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
             for name, outcome in piece.derived.items():  # derived or failed: not derived again by a later start
                 store_seed(archive, next(t for t in c.tasks if t.name == name), source=outcome.source,
                            error=outcome.error)
+            for name, check in piece.checked.items():  # passed: not run again by a start in this environment
+                store_check(archive, next(t for t in c.tasks if t.name == name), check, environment)
             for aside in piece.set_aside:
                 archive.set_aside(aside.task, aside.stage, aside.reason, aside.source_hash)
                 events("task_set_aside", task=aside.task, stage=aside.stage, reason=aside.reason)

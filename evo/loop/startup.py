@@ -48,12 +48,14 @@ class Prepared:
     set_aside: list[SetAside]  # decided by this start
     kept_aside: list[SetAside]  # by an earlier start, the problem file unchanged
     derived: dict[str, StoredSeed] = field(default_factory=dict)  # seeds derived now (or why not), to store
+    checked: dict[str, TaskCheck] = field(default_factory=dict)  # references that passed a check run now, to store
 
     def add(self, other: "Prepared") -> None:
         self.tasks += other.tasks
         self.set_aside += other.set_aside
         self.kept_aside += other.kept_aside
         self.derived.update(other.derived)
+        self.checked.update(other.checked)
 
 
 def seedless(task: Task, tried: str) -> str:
@@ -86,10 +88,12 @@ def prepare_tasks(tasks: list[Task], backend: Backend, *, on_gpu: bool, compile_
 def prepare_stream(tasks: list[Task], backend: Backend, *, on_gpu: bool, compile_seeds: bool, llm: bool,
                    earlier: dict[str, dict], has_programs: set[str], console: Console,
                    stored: Callable[[Task], StoredSeed | None] | None = None,
+                   checked: Callable[[Task], TaskCheck | None] | None = None,
                    tolerance: str = "strict") -> Iterator[Prepared]:
-    """:func:`prepare_tasks` as it goes: first the tasks kept aside, then each task as its preparation
-    ends (the backend's ``prepare_stream``), so that a run may search the first
-    tasks while the others are still being prepared."""
+    """:func:`prepare_tasks` as it goes: first the tasks kept aside, then, at once, those whose
+    reference passed its check on an earlier start (``checked``, evo.loop.check_store) and need no
+    seed derived, then each other task as its preparation ends (the backend's ``prepare_stream``),
+    so that a run may search the first tasks while the others are still being prepared."""
     kept, todo = [], []
     for task in tasks:
         record = earlier.get(task.name)
@@ -105,6 +109,16 @@ def prepare_stream(tasks: list[Task], backend: Backend, *, on_gpu: bool, compile
     derive -= set(known)
     if derive:
         console.print(f"deriving seeds from torch.compile for {len(derive)} tasks ...")
+    earlier_checks = {t.name: check for t in todo
+                      if t.name not in derive and checked and (check := checked(t)) is not None}
+    if earlier_checks:
+        ready = Prepared(tasks=[], set_aside=[], kept_aside=[])
+        for name, check in earlier_checks.items():
+            ready.add(_prepared(_named(todo, name), PreparedTask(check), known.get(name),
+                                has_programs=name in has_programs, llm=llm, tried=_tried(compile_seeds, on_gpu),
+                                console=console, tolerance=tolerance, fresh=False))
+        yield ready
+        todo = [t for t in todo if t.name not in earlier_checks]
     if not todo:
         return
     wanted = [Preparation(t.name, t.source, t.name in derive) for t in todo]
@@ -116,8 +130,9 @@ def prepare_stream(tasks: list[Task], backend: Backend, *, on_gpu: bool, compile
 
 
 def _prepared(task: Task, outcome: PreparedTask, known: StoredSeed | None, *, has_programs: bool, llm: bool, tried: str,
-              console: Console, tolerance: str = "strict") -> Prepared:
-    """One task's preparation decided: searched (with its seed, if derived), or set aside."""
+              console: Console, tolerance: str = "strict", fresh: bool = True) -> Prepared:
+    """One task's preparation decided: searched (with its seed, if derived), or set aside.  ``fresh``:
+    its check ran now (a passed one is stored), not taken from an earlier start."""
     check, seed = outcome.check, outcome.seed
     derived = {}
     if seed is not None:
@@ -136,7 +151,8 @@ def _prepared(task: Task, outcome: PreparedTask, known: StoredSeed | None, *, ha
                       + (" by an earlier start of this run" if known is not None else ""))
     elif not decided.seeds and not has_programs:
         console.print(f"task {task.name}: no seed kernel; the LLM writes the first kernels")
-    return Prepared(tasks=[decided], set_aside=[], kept_aside=[], derived=derived)
+    return Prepared(tasks=[decided], set_aside=[], kept_aside=[], derived=derived,
+                    checked={task.name: check} if fresh and check.ok else {})
 
 
 def _named(tasks: list[Task], name: str) -> Task:
