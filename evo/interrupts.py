@@ -24,13 +24,14 @@ def one_interrupt(grace_s: float = GRACE_S):
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set signal handlers
         return
-    first: list[float] = []
+    last = None  # when the last KeyboardInterrupt was raised
 
     def handler(signum, frame):
+        nonlocal last
         now = time.monotonic()
-        if first and now - first[-1] < grace_s:
+        if last is not None and now - last < grace_s:
             return
-        first.append(now)
+        last = now
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, handler)
