@@ -7,7 +7,9 @@
 #   (the engine's default) where SEARCHES holds one search: Ray runs one local cluster a machine
 #   SEARCHES="strict=0,1 kernelbench=2,3" KEEP=.kbruns RUNS=/tmp/kbs BUDGET_S=570 \
 #       bash experiments/kernelbench_record_device.sh
-# A run spread over sessions: commit each call's $OUT/<label>.tar.gz (a few MB once its archive is
+# BUDGET_S: keep it a minute under the device's budget_left_s, which also caps the call's limit; a
+# call killed at that limit still hands back $OUT/<label>.tar.gz as of its last snapshot (every
+# SNAPSHOT_S, 120 s).  A run spread over sessions: commit each call's $OUT/<label>.tar.gz (a few MB once its archive is
 # checkpointed) where the next session's checkout will find it, and carry it as $KEEP.
 set -u
 OUT=${OUT:?set OUT}

@@ -8,7 +8,9 @@
 # resumes each from $RUNS or, where that is gone, from $KEEP/<label>.tar.gz (a call before's, carried back):
 #   OUT=/tmp/out TASKS=.kbsrc/search SEARCHES="strict=0,1,2,3" KEEP=.kbruns bash experiments/kernelbench_search.sh
 # TASKS: the problems `experiments/kernelbench_search.py draw` copied.  Logs, `evo status` and the
-# tables go to $OUT/report.tar.gz.
+# tables go to $OUT/report.tar.gz.  Every SNAPSHOT_S (120) seconds each run is also copied to
+# $OUT/<label>.tar.gz while it runs (snapshot_run.py), so a call killed before its end hands back
+# the run as of its last snapshot.
 set -uo pipefail
 OUT=${OUT:?set OUT}; TASKS=${TASKS:?set TASKS}; RUNS=${RUNS:-/tmp/kbs}; KEEP=${KEEP:-}
 SEARCHES=${SEARCHES:-"strict=0,1 kernelbench=2,3"}
@@ -27,12 +29,28 @@ search() {  # label, GPUs
     evaluator.device="${DEVICE:-cuda}" "${extra[@]}" >> "$OUT/report/$label.log" 2>&1
   echo "$label: exit $? after $SECONDS s"
 }
-labels=()
+snapshots() {  # each run to $OUT/<label>.tar.gz every SNAPSHOT_S seconds, until the file $1 exists
+  local next=$((SECONDS + ${SNAPSHOT_S:-120})) label
+  while [ ! -e "$1" ]; do
+    sleep 2
+    [ "$SECONDS" -lt "$next" ] && continue
+    for label in "${labels[@]}"; do
+      [ -f "$RUNS/$label/archive.db" ] && python3 "$here/snapshot_run.py" "$RUNS/$label" "$OUT/$label.tar.gz" \
+        >> "$OUT/report/snapshots.log" 2>&1
+    done
+    next=$((SECONDS + ${SNAPSHOT_S:-120}))
+  done
+}
+labels=(); searches=()
 for spec in $SEARCHES; do
   labels+=("${spec%%=*}")
   search "${spec%%=*}" "${spec#*=}" &
+  searches+=($!)
 done
-wait
+stop=$(mktemp -u); snapshots "$stop" &
+snapshotter=$!
+wait "${searches[@]}"
+touch "$stop"; wait "$snapshotter"; rm -f "$stop"
 runs=()
 for label in "${labels[@]}"; do
   tar czf "$OUT/$label.tar.gz" -C "$RUNS" "$label"
