@@ -53,6 +53,7 @@ class Components:
     compile_seeds: bool  # tasks without a seed kernel start from torch.compile's Triton (GPU)
     search_while_preparing: bool  # GPU, pipelined: the search starts with the first task prepared
     keep_stored_sources: bool  # a resume whose problem files changed searches on with the stored ones
+    seeds_from: str | None  # run.seeds_from: another run whose seeds and checks this one takes (evo.loop.borrow)
     novelty: NoveltySettings
     embeddings: Embeddings | None  # novelty.embedding_model's, with an LLM
 
@@ -149,7 +150,8 @@ def build(cfg: DictConfig) -> Components:
         inspiration=instantiate_node(cfg.inspiration, "inspiration"), cvt_cells=cvt_cells,
         progress=bool(cfg.run.progress), compile_seeds=bool(cfg.run.compile_seeds),
         search_while_preparing=bool(cfg.run.search_while_preparing),
-        keep_stored_sources=bool(cfg.run.keep_stored_sources), novelty=novelty, embeddings=embeddings,
+        keep_stored_sources=bool(cfg.run.keep_stored_sources),
+        seeds_from=str(cfg.run.seeds_from) if cfg.run.get("seeds_from") else None, novelty=novelty, embeddings=embeddings,
     )
 
 

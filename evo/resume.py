@@ -28,7 +28,7 @@ from evo.core.task import Task
 
 SOURCE_META = "task_source."  # + task name: {"path", "sha256", "source", "stored_at"}
 # Keys that are this start's alone: never taken from, or compared with, the saved config.
-NOT_SAVED = ("run.dir", "run.keep_stored_sources")
+NOT_SAVED = ("run.dir", "run.keep_stored_sources", "run.seeds_from")
 # What makes a run the run it is: a resume that changes one of these is refused.
 IDENTITY = {
     "run.seed": "the run's random streams and migration draws",

@@ -22,6 +22,7 @@ from evo.core.errors import RunError, TaskError
 from evo.core.run_dir import RUN_FILE, check_run_dir, lock_run_dir, write_atomically
 from evo.interrupts import interrupted
 from evo.loop.arrivals import TaskArrivals
+from evo.loop.borrow import Borrowed, first_found
 from evo.loop.check_store import store_check, stored_check
 from evo.loop.controller import Controller
 from evo.loop.novelty import NoveltyFilter
@@ -111,6 +112,7 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
     # Where references are checked, for a check stored by an earlier start to stand: this host's GPUs
     # (a cluster's nodes may hold others: there every start checks again).
     environment = gpu_environment() if device == "cuda" and not (c.backend == "ray" and c.ray.address) else ""
+    borrowed = Borrowed.open(c.seeds_from, environment) if c.seeds_from else None  # run.seeds_from
     c = dataclasses.replace(c, evaluator=c.evaluator.on(device))  # what depends on the device, decided once
     previous = json.loads((run_dir / RUN_FILE).read_text()) if resuming else {}
     resume_count = int(previous.get("resumes", -1)) + 1
@@ -129,8 +131,11 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
         aside_before, has_programs = _earlier_state(earlier)
         stream = prepare_stream(c.tasks, backend, on_gpu=device == "cuda", compile_seeds=c.compile_seeds,
                                 llm=seeding is not None, earlier=aside_before, has_programs=has_programs,
-                                console=console, stored=(lambda t: stored_seed(earlier, t)) if earlier else None,
-                                checked=(lambda t: stored_check(earlier, t, environment)) if earlier else None,
+                                console=console,
+                                stored=first_found((lambda t: stored_seed(earlier, t)) if earlier else None,
+                                                   borrowed.seed if borrowed else None),
+                                checked=first_found((lambda t: stored_check(earlier, t, environment)) if earlier else None,
+                                                    borrowed.check if borrowed else None),
                                 tolerance=c.evaluator.tolerance)
         # With a pipeline on a GPU the search starts with the first task ready, the others joining as
         # their preparation ends (its workers are stopped while a candidate times: evaluator.gate);
@@ -174,6 +179,12 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
                            error=outcome.error)
             for name, check in piece.checked.items():  # passed: not run again by a start in this environment
                 store_check(archive, next(t for t in c.tasks if t.name == name), check, environment)
+            for searched in piece.tasks if borrowed else []:  # taken from run.seeds_from: kept as this run's own
+                task = next(t for t in c.tasks if t.name == searched.name)  # as given: the keys hash its files
+                if task.name in borrowed.seeds and stored_seed(archive, task) is None:
+                    store_seed(archive, task, source=borrowed.seeds[task.name].source)
+                if task.name in borrowed.checks and stored_check(archive, task, environment) is None:
+                    store_check(archive, task, borrowed.checks[task.name], environment)
             for aside in piece.set_aside:
                 archive.set_aside(aside.task, aside.stage, aside.reason, aside.source_hash)
                 events("task_set_aside", task=aside.task, stage=aside.stage, reason=aside.reason)
@@ -239,4 +250,6 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
     finally:
         if earlier is not None:
             earlier.close()
+        if borrowed is not None:
+            borrowed.close()
         backend.close()

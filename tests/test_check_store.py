@@ -11,7 +11,8 @@ from evo import runner
 from evo.config import build, to_yaml
 from evo.core.task import Task
 from evo.loop.check_store import check_key, store_check, stored_check
-from islands import Island, LocalBackend
+from islands import LocalBackend
+from tests.support.gpu_host import pretend_gpu_host
 from tests.support.llm_server import TrivialEvaluator
 
 H100 = "NVIDIA H100 80GB HBM3 x1; torch 2.11.0"
@@ -74,15 +75,7 @@ def test_a_resume_in_the_same_environment_checks_no_reference_again(tmp_path, mo
                 "task.names=[" + ",".join(names) + "]", f"run.budget.evaluations={budget}", "islands.count=1"])
         return runner.run_search(build(cfg), to_yaml(cfg))
 
-    def make_backend(c, device, gpus, resume_count):
-        islands = [Island(0, c.operators, c.weights, c.run.seed, resume_count, c.descriptors)]
-        return RecordingBackend(islands, lambda i: Evaluator(), 1)
-
-    monkeypatch.setattr(runner, "resolve_device", lambda wanted: ("cuda", 1))
-    monkeypatch.setattr(runner, "gpu_environment", lambda: environment["now"])
-    monkeypatch.setattr(runner, "probe", lambda **kw: {"processes": "shared", "filesystem": "shared",
-                                                       "network": "shared", "why": {}})
-    monkeypatch.setattr(runner, "make_backend", make_backend)
+    pretend_gpu_host(monkeypatch, RecordingBackend, Evaluator, environment)
     RecordingBackend.asked = []
     start(4)
     rows = start(8)  # resumed on the same GPU: both references were checked by the first start

@@ -26,6 +26,7 @@ class StoredSeed:
     source: str | None  # the derived seed kernel (a candidate defining ModelNew)
     error: str | None  # or why deriving one failed
     stored_at: float
+    origin: str = ""  # where it was derived, where not by this run (evo.loop.borrow)
 
     @property
     def ok(self) -> bool:

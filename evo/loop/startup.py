@@ -148,7 +148,7 @@ def _prepared(task: Task, outcome: PreparedTask, known: StoredSeed | None, *, ha
         return Prepared(tasks=[], set_aside=[decided], kept_aside=[], derived=derived)
     if decided is not task and decided.seeds:
         console.print(f"task {task.name}: seed kernel derived from torch.compile's Triton kernels"
-                      + (" by an earlier start of this run" if known is not None else ""))
+                      + (f" by {known.origin or 'an earlier start of this run'}" if known is not None else ""))
     elif not decided.seeds and not has_programs:
         console.print(f"task {task.name}: no seed kernel; the LLM writes the first kernels")
     return Prepared(tasks=[decided], set_aside=[], kept_aside=[], derived=derived,
