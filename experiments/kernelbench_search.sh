@@ -7,6 +7,8 @@
 # leaves every run directory as $OUT/<label>.tar.gz; the next call, on this machine or a fresh one,
 # resumes each from $RUNS or, where that is gone, from $KEEP/<label>.tar.gz (a call before's, carried back):
 #   OUT=/tmp/out TASKS=.kbsrc/search SEARCHES="strict=0,1,2,3" KEEP=.kbruns bash experiments/kernelbench_search.sh
+# SEEDS_FROM=strict: every run takes the seeds and checks of $RUNS/strict (run.seeds_from), as a
+# kernelbench-tolerance run after the strict one on the same host does.
 # TASKS: the problems `experiments/kernelbench_search.py draw` copied.  Logs, `evo status` and the
 # tables go to $OUT/report.tar.gz.  Every SNAPSHOT_S (120) seconds each run is also copied to
 # $OUT/<label>.tar.gz while it runs (snapshot_run.py), so a call killed before its end hands back
@@ -20,6 +22,8 @@ mkdir -p "$OUT/report" "$RUNS"
 search() {  # label, GPUs
   local label=$1 gpus=$2 extra=()
   [ "$label" = kernelbench ] && extra=(evaluator.tolerance=kernelbench)
+  # SEEDS_FROM: a run directory (or a label of $RUNS) whose derived seeds and checks this run takes
+  [ -n "${SEEDS_FROM:-}" ] && extra+=("run.seeds_from=$([ -d "$RUNS/$SEEDS_FROM" ] && echo "$RUNS/$SEEDS_FROM" || echo "$SEEDS_FROM")")
   if [ ! -e "$RUNS/$label" ] && [ -n "$KEEP" ] && [ -f "$KEEP/$label.tar.gz" ]; then
     tar xzf "$KEEP/$label.tar.gz" -C "$RUNS" && echo "$label: resumed from $KEEP/$label.tar.gz"
   fi
