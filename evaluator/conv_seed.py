@@ -30,9 +30,13 @@ def _layout_of(buffer: str, lines: list[str]) -> str:
     return ""
 
 
-def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: int) -> tuple[int, int, int, int, int]:
+def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: int, *, strided: bool,
+              precision: str) -> tuple[int, int, int, int, int]:
     """The tile a seed's convolution starts from (``block_m, block_n, block_k, num_warps,
-    num_stages``), by its output channels per group, where the weight's shape is known.
+    num_stages``), by its output channels per group and the loop it starts in (the general loop
+    below 16 input channels a group, unless transposed with a stride: :func:`_taps_loop_first`),
+    where the weight's shape is known; ``strided``: a stride above 1 along some dimension;
+    ``precision``: its products' (a taps loop with exact ones and many outputs starts wide).
 
     From ``experiments/conv_tile_probe.py`` on the 18 convolutions of the drawn KernelBench
     sample (H200, fp32 products exact; ``experiments/kernelbench_search.md``, section 6): with 64
@@ -47,25 +51,28 @@ def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: in
     all 9 convolutions that had one (median 0.56x)."""
     if weight_shape is None or len(weight_shape) < 3:
         return (64, 16 if groups > 1 else 32, 32, 4, 2)
-    inputs, per_group = _per_group(weight_shape, transposed, groups)
+    per_group = _per_group(weight_shape, transposed, groups)[1]
     if per_group == 1:
         return (256, 16, 32, 4, 2)
+    taps_first = _taps_loop_first(weight_shape, transposed, groups, strided)
+    if precision == "ieee" and taps_first and per_group >= WIDE_SPLIT_CHANNELS:
+        return WIDE_SPLIT_TILE
     if per_group >= 64:
         return (128, 64, 16, 4, 3)
-    if per_group > 16 and inputs < 16:  # the general loop (GENERAL_LOOP_TILE)
+    if per_group > 16 and not taps_first:
         return GENERAL_LOOP_TILE
     return (64, 16 if per_group <= 16 else 32, 32, 4, 2)
 
 
-# Up to 32 output channels a group and fewer than 16 inputs (the general loop): 128 positions a
-# program, not 64.  On an H100 (experiments/kernelbench_search.md, section 22) l2_7's Conv3d (8
+# 17 to 63 output channels a group in the general loop (fewer than 16 inputs, not transposed with a
+# stride): 128 positions a program, not 64.  On an H100 (experiments/kernelbench_search.md, section 22) l2_7's Conv3d (8
 # inputs, 32 outputs, fp32 products exact) ran 5.85 ms at 128 x 32 against 6.83 at 64 x 32; cuDNN
 # 4.45.  Section 6's grid, which found 64 x 32 best at 32 outputs, had no 128 x 32 tile.
 GENERAL_LOOP_TILE = (128, 32, 32, 4, 2)
 
 
-# A taps-loop call site with exact products and this many output channels a group or more starts
-# from a 128 x 128 tile in eight warps (64 accumulator floats a thread): the tile its strict twin
+# A call site starting in the taps loop with exact products and this many output channels a group
+# or more starts from a 128 x 128 tile in eight warps (64 accumulator floats a thread): the tile its strict twin
 # splits in (evo.core.dot_precision.seed_kernels).  On an H100 (experiments/kernelbench_search.md,
 # section 20) l1_69 (128 outputs) split channels-last ran 6.21 ms at it against 7.69 at 128 x 64 in
 # four warps; in the strict record of section 21 its best kept the narrower tile (7.48 ms on H200s).
@@ -169,8 +176,7 @@ def replace_convolutions(lines: list[str], first_index: int, precision: str = "i
         index = first_index + len(launchers)
         shape = _convolution_shape(args, lines)
         taps_first = _two_loops(*shape) and _taps_loop_first(*shape, _strided(args))
-        wide = precision == "ieee" and taps_first and _per_group(*shape)[1] >= WIDE_SPLIT_CHANNELS
-        block_m, block_n, block_k, warps, stages = WIDE_SPLIT_TILE if wide else seed_tile(*shape)
+        block_m, block_n, block_k, warps, stages = seed_tile(*shape, strided=_strided(args), precision=precision)
         names = [f"K{index}_BLOCK_M = {block_m}", f"K{index}_BLOCK_N = {block_n}", f"K{index}_BLOCK_K = {block_k}",
                  f"K{index}_NUM_WARPS = {warps}", f"K{index}_NUM_STAGES = {stages}"]
         choice = ""

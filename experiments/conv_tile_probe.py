@@ -161,7 +161,9 @@ def main() -> None:
                 direct = module.out_channels // module.groups == 1
                 row = {"problem": path.stem, "conv": index, "module": repr(module)[:160],
                        "input": list(x.shape), "cudnn_ms": cudnn_ms, "tiles": []}
-                tiles = [seed_tile(tuple(module.weight.shape), transposed(module), module.groups)] if args.seed_tile \
+                tiles = [seed_tile(tuple(module.weight.shape), transposed(module), module.groups,
+                                   strided=any(int(v) > 1 for v in module.stride),
+                                   precision="ieee" if args.tolerance == "strict" else "tf32")] if args.seed_tile \
                     else own or (DIRECT_TILES if direct else TILES)
                 for (label, precision), lib in libs.items():
                     for tile in tiles:

@@ -245,14 +245,21 @@ def test_a_strided_transposed_convolution_visits_only_the_taps_its_phases_admit(
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
 
 
-def test_a_seed_starts_from_a_tile_suited_to_its_output_channels():
-    assert seed_tile((128, 64, 3, 3), False, 1) == (128, 64, 16, 4, 3)  # 128 outputs: the wide tile
-    assert seed_tile((64, 128, 3, 5), True, 1) == (128, 64, 16, 4, 3)  # transposed: (in, out, ...)
-    assert seed_tile((32, 8, 3, 3, 3), False, 1) == (128, 32, 32, 4, 2)  # 8 inputs: the general loop's
-    assert seed_tile((32, 16, 3, 3), False, 1) == (64, 32, 32, 4, 2)  # 16 inputs: the taps loop's
-    assert seed_tile((16, 3, 3, 3, 3), False, 1)[1] == 16
-    assert seed_tile((128, 1, 3, 3), False, 128)[0] == 256  # depthwise: the direct kernel's positions
-    assert seed_tile(None, False, 4) == (64, 16, 32, 4, 2)  # shape unknown: as before
+def test_a_seed_starts_from_a_tile_suited_to_its_output_channels_and_loop():
+    def tile(shape, transposed=False, groups=1, strided=False, precision="tf32"):
+        return seed_tile(shape, transposed, groups, strided=strided, precision=precision)
+
+    assert tile((128, 64, 3, 3)) == (128, 64, 16, 4, 3)  # 128 outputs: the wide tile
+    assert tile((64, 128, 3, 5), transposed=True) == (128, 64, 16, 4, 3)  # transposed: (in, out, ...)
+    assert tile((128, 64, 3, 3), precision="ieee") == (128, 128, 16, 8, 3)  # exact, taps loop: WIDE_SPLIT_TILE
+    assert tile((128, 8, 3, 3), precision="ieee") == (128, 64, 16, 4, 3)  # ... not in the general loop
+    assert tile((32, 8, 3, 3, 3)) == (128, 32, 32, 4, 2)  # 8 inputs: the general loop's
+    assert tile((8, 32, 3, 3), transposed=True, strided=True) == (64, 32, 32, 4, 2)  # ... unless it starts in taps
+    assert tile((8, 32, 3, 3), transposed=True) == (128, 32, 32, 4, 2)  # at stride 1 it does not
+    assert tile((32, 16, 3, 3)) == (64, 32, 32, 4, 2)  # 16 inputs: the taps loop's
+    assert tile((16, 3, 3, 3, 3))[1] == 16
+    assert tile((128, 1, 3, 3), groups=128)[0] == 256  # depthwise: the direct kernel's positions
+    assert tile(None, groups=4) == (64, 16, 32, 4, 2)  # shape unknown: as before
 
 
 def test_the_weights_shape_is_read_from_inductors_wrapper():
