@@ -176,13 +176,14 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
             """A task's preparation, recorded: its seed (derived or why not), or why it is set aside."""
             for name, outcome in piece.derived.items():  # derived or failed: not derived again by a later start
                 store_seed(archive, next(t for t in c.tasks if t.name == name), source=outcome.source,
-                           error=outcome.error)
+                           error=outcome.error, environment=environment)
             for name, check in piece.checked.items():  # passed: not run again by a start in this environment
                 store_check(archive, next(t for t in c.tasks if t.name == name), check, environment)
             for searched in piece.tasks if borrowed else []:  # taken from run.seeds_from: kept as this run's own
                 task = next(t for t in c.tasks if t.name == searched.name)  # as given: the keys hash its files
                 if task.name in borrowed.seeds and stored_seed(archive, task) is None:
-                    store_seed(archive, task, source=borrowed.seeds[task.name].source)
+                    taken = borrowed.seeds[task.name]
+                    store_seed(archive, task, source=taken.source, environment=taken.environment)
                 if task.name in borrowed.checks and stored_check(archive, task, environment) is None:
                     store_check(archive, task, borrowed.checks[task.name], environment)
             for aside in piece.set_aside:

@@ -82,7 +82,8 @@ def test_a_new_run_takes_another_runs_seed_and_check_and_keeps_them(start, tmp_p
     assert DerivingBackend.asked == [[("gelu", True)]]  # nothing prepared again
     assert sum(r["evaluations"] for r in rows) >= 2
     seed, check = _meta(tmp_path / "second", start.problems)
-    assert seed is not None and seed.source == SEED and check == TaskCheck(ok=True, shapes=1)
+    assert seed is not None and seed.source == SEED and seed.environment == H100
+    assert check == TaskCheck(ok=True, shapes=1)
     start("second", 4)  # resumed without the key: the run holds what it took
     assert DerivingBackend.asked == [[("gelu", True)]]
     config = (tmp_path / "second" / "config.yaml").read_text()
@@ -91,11 +92,13 @@ def test_a_new_run_takes_another_runs_seed_and_check_and_keeps_them(start, tmp_p
 
 
 @pytest.mark.slow
-def test_another_environment_takes_the_seed_but_checks_again(start, tmp_path):
+def test_another_environment_derives_and_checks_again(start, tmp_path):
     start("first", 2)
-    start.environment["now"] = "NVIDIA H200 x1; torch 2.11.0"
+    start.environment["now"] = "NVIDIA H200 x1; torch 2.11.0"  # autotuned for other GPUs: not taken
     start("other", 2, f"run.seeds_from={tmp_path / 'first'}")
-    assert DerivingBackend.asked == [[("gelu", True)], [("gelu", False)]]
+    assert DerivingBackend.asked == [[("gelu", True)], [("gelu", True)]]
+    seed, _ = _meta(tmp_path / "other", start.problems)
+    assert seed.environment == "NVIDIA H200 x1; torch 2.11.0"
 
 
 def test_a_directory_without_a_run_is_refused(tmp_path):
@@ -107,14 +110,27 @@ def test_a_directory_without_a_run_is_refused(tmp_path):
         Borrowed.open(tmp_path, H100)
 
 
-def test_a_failed_derivation_is_not_taken():
-    class Reader:
-        def meta(self, key):
-            return json.dumps({"source": None, "error": "out of memory", "stored_at": 0.0})
+class Reader:
+    def __init__(self, **record):
+        self.record = {"source": SEED, "error": None, "stored_at": 0.0, **record}
 
-    borrowed = Borrowed(Reader(), Path("/runs/first"), H100)
+    def meta(self, key):
+        return json.dumps(self.record)
+
+
+@pytest.mark.parametrize("record, taken", [
+    ({"environment": H100}, True),
+    ({}, True),  # stored by an engine that recorded no environment
+    ({"environment": "NVIDIA H200 x1; torch 2.11.0"}, False),
+    ({"source": None, "error": "out of memory", "environment": H100}, False),  # a failure is tried again
+])
+def test_which_seeds_are_taken(record, taken):
+    borrowed = Borrowed(Reader(**record), Path("/runs/first"), H100)
     task = load_tasks(suite="gelu")[0]
-    assert borrowed.seed(task) is None and borrowed.seeds == {}
+    seed = borrowed.seed(task)
+    assert (seed is not None) is taken and (task.name in borrowed.seeds) is taken
+    if taken:
+        assert seed.origin == "the run in /runs/first"
 
 
 def test_first_found_skips_absent_lookups_and_answers_in_order():

@@ -6,8 +6,10 @@ run of 32 KernelBench problems 478 s before its last task joined (experiments/ke
 section 22).  A second search of the same problems (another tolerance, other operators, an LLM)
 names the first run's directory, and a task whose problem source the two runs share takes:
 
-- its **seed** derived from torch.compile, where that run derived one (a failure there is tried
-  again here, since it may have been the GPU's memory or a timeout);
+- its **seed** derived from torch.compile, where that run derived one in this host's environment,
+  since inductor's autotuning chose its configurations for those GPUs (a seed stored without one,
+  by an engine before 2026-11-28, is taken too; a failure there is tried again here, since it
+  may have been the GPU's memory or a timeout);
 - its reference's passed **check**, where that run stored one in this host's environment (GPU
   models and torch's version: evo.loop.check_store).
 
@@ -53,7 +55,7 @@ class Borrowed:
 
     def seed(self, task: Task) -> StoredSeed | None:
         taken = stored_seed(self.reader, task)
-        if taken is None or not taken.ok:
+        if taken is None or not taken.ok or taken.environment not in ("", self.environment):
             return None
         taken = dataclasses.replace(taken, origin=f"the run in {self.run_dir}")
         self.seeds[task.name] = taken

@@ -27,6 +27,7 @@ class StoredSeed:
     error: str | None  # or why deriving one failed
     stored_at: float
     origin: str = ""  # where it was derived, where not by this run (evo.loop.borrow)
+    environment: str = ""  # the GPU models and torch it was derived with ("": not recorded)
 
     @property
     def ok(self) -> bool:
@@ -53,13 +54,18 @@ def stored_seed(archive, task: Task) -> StoredSeed | None:
     if value is None:
         return None
     record = json.loads(value)
-    return StoredSeed(source=record.get("source"), error=record.get("error"), stored_at=record["stored_at"])
+    return StoredSeed(source=record.get("source"), error=record.get("error"), stored_at=record["stored_at"],
+                      environment=record.get("environment", ""))
 
 
-def store_seed(archive, task: Task, *, source: str | None = None, error: str | None = None) -> StoredSeed:
-    """Store what deriving ``task``'s seed gave: its ``source``, or the ``error`` that stopped it."""
+def store_seed(archive, task: Task, *, source: str | None = None, error: str | None = None,
+               environment: str = "") -> StoredSeed:
+    """Store what deriving ``task``'s seed gave: its ``source``, or the ``error`` that stopped it;
+    ``environment``: the host's GPU models and torch (evaluator.device.gpu_environment), which
+    inductor's autotuning chose the seed's configurations for."""
     if (source is None) == (error is None):
         raise ValueError("store_seed takes a derived source or an error, one of the two")
-    record = StoredSeed(source=source, error=error, stored_at=time.time())
-    archive.set_meta(seed_key(task), json.dumps({"source": source, "error": error, "stored_at": record.stored_at}))
+    record = StoredSeed(source=source, error=error, stored_at=time.time(), environment=environment)
+    archive.set_meta(seed_key(task), json.dumps({"source": source, "error": error, "stored_at": record.stored_at,
+                                                 "environment": environment}))
     return record
