@@ -22,11 +22,13 @@ mkdir -p "$OUT/report" "$RUNS"
 search() {  # label, GPUs
   local label=$1 gpus=$2 extra=()
   [ "$label" = kernelbench ] && extra=(evaluator.tolerance=kernelbench)
-  # SEEDS_FROM: a run directory (or a label of $RUNS) whose derived seeds and checks this run takes
-  [ -n "${SEEDS_FROM:-}" ] && extra+=("run.seeds_from=$([ -d "$RUNS/$SEEDS_FROM" ] && echo "$RUNS/$SEEDS_FROM" || echo "$SEEDS_FROM")")
   if [ ! -e "$RUNS/$label" ] && [ -n "$KEEP" ] && [ -f "$KEEP/$label.tar.gz" ]; then
     tar xzf "$KEEP/$label.tar.gz" -C "$RUNS" && echo "$label: resumed from $KEEP/$label.tar.gz"
   fi
+  # SEEDS_FROM: a run directory (or a label of $RUNS) whose derived seeds and checks this run takes
+  # when it starts (a resume holds them already)
+  [ -n "${SEEDS_FROM:-}" ] && [ ! -e "$RUNS/$label" ] && \
+    extra+=("run.seeds_from=$([ -d "$RUNS/$SEEDS_FROM" ] && echo "$RUNS/$SEEDS_FROM" || echo "$SEEDS_FROM")")
   CUDA_VISIBLE_DEVICES=$gpus timeout -s INT -k 60 "$LIMIT" python3 -m evo.cli run run.dir="$RUNS/$label" \
     task.path="$TASKS" run.budget.evaluations="$BUDGET" run.budget.per_task="$PER_TASK" run.progress=false \
     run.backend="${BACKEND:-local}" \
