@@ -42,15 +42,21 @@ class Borrowed:
 
     @classmethod
     def open(cls, run_dir: str | Path, environment: str) -> Borrowed:
-        from evo.resume import open_reader
+        from archive.queries import ArchiveReader
 
         path = Path(run_dir).expanduser().resolve()
         archive = path / "archive.db"
         if not (path / RUN_FILE).is_file() or not archive.is_file():
             raise ConfigError(f"run.seeds_from={run_dir}: {path} holds no run (no {RUN_FILE} and archive.db)")
-        reader = open_reader(f"sqlite:///{archive}")
-        if reader is None:
-            raise ConfigError(f"run.seeds_from={run_dir}: {archive} cannot be read as a run's archive")
+        reader = None
+        try:
+            reader = ArchiveReader(path=archive)
+            reader.meta("config")  # reads, or raises on a file that is not a run's archive
+        except Exception as exc:  # noqa: BLE001
+            if reader is not None:
+                reader.close()
+            raise ConfigError(f"run.seeds_from={run_dir}: {archive} cannot be read as a run's archive "
+                              f"({type(exc).__name__})") from None
         return cls(reader, path, environment)
 
     def seed(self, task: Task) -> StoredSeed | None:
