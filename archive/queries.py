@@ -313,6 +313,26 @@ class ArchiveReader:
         return self._rows(select(L.created_at, L.cost_usd).order_by(L.id))
 
 
+def open_reader(archive_url: str):
+    """A read-only :class:`ArchiveReader` of a run's archive, or None where there is none it can read
+    (the :class:`archive.Archive` refuses a damaged one later, with its own reason)."""
+    reader = None
+    try:
+        if archive_url.startswith("sqlite:///"):
+            path = Path(archive_url.split("///", 1)[1])
+            if not path.is_file():
+                return None
+            reader = ArchiveReader(path=path)
+        else:
+            reader = ArchiveReader(url=archive_url)
+        reader.meta("config")  # reads, or raises on a database that is not one
+        return reader
+    except Exception:  # noqa: BLE001
+        if reader is not None:
+            reader.close()
+        return None
+
+
 def _rate(part: int, whole: int) -> float | None:
     return part / whole if whole else None
 

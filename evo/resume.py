@@ -21,6 +21,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from archive.queries import open_reader
+
 from evo.core.errors import ConfigError, RunDirError
 from evo.core.hydra_nodes import current_targets
 from evo.core.run_dir import RUN_FILE
@@ -155,28 +157,6 @@ def held_by_run(archive_url: str, names: list[str]) -> Held | None:
         return Held(records, {t for t, row in reader.task_counts().items() if row.get("programs")})
     finally:
         reader.close()
-
-
-def open_reader(archive_url: str):
-    """A read-only :class:`archive.queries.ArchiveReader` of the run's archive, or None where there is
-    none it can read (the :class:`archive.Archive` refuses a damaged one later, with its own reason)."""
-    from archive.queries import ArchiveReader
-
-    reader = None
-    try:
-        if archive_url.startswith("sqlite:///"):
-            path = Path(archive_url.split("///", 1)[1])
-            if not path.is_file():
-                return None
-            reader = ArchiveReader(path=path)
-        else:
-            reader = ArchiveReader(url=archive_url)
-        reader.meta("config")  # reads, or raises on a database that is not one
-        return reader
-    except Exception:  # noqa: BLE001
-        if reader is not None:
-            reader.close()
-        return None
 
 
 def tasks_to_resume(tasks: list[Task], held: Held | None, *,

@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from archive import Archive, ArchiveError
+from archive.queries import open_reader
 from evaluator import Evaluator, resolve_device
 from evaluator.device import gpu_environment
 from evaluator.containment import describe, probe
@@ -32,7 +33,6 @@ from evo.loop.startup import Prepared, nothing_to_search, prepare_stream
 from evo.resume import (
     Override,
     held_by_run,
-    open_reader,
     store_sources,
     tasks_to_resume,
 )

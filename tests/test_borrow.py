@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
+from archive.queries import open_reader
 from evaluator import PreparedTask, TaskCheck
 from evaluator.replies import DerivedSeed
 from evo import runner
@@ -17,7 +18,6 @@ from evo.core.task import SUITE_DIR, load_tasks
 from evo.loop.borrow import Borrowed, first_found
 from evo.loop.check_store import stored_check
 from evo.loop.seed_store import stored_seed
-from evo.resume import open_reader
 from islands import LocalBackend
 from tests.support.gpu_host import pretend_gpu_host
 from tests.support.llm_server import TrivialEvaluator

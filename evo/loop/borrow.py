@@ -42,21 +42,15 @@ class Borrowed:
 
     @classmethod
     def open(cls, run_dir: str | Path, environment: str) -> Borrowed:
-        from archive.queries import ArchiveReader
+        from archive.queries import open_reader
 
         path = Path(run_dir).expanduser().resolve()
         archive = path / "archive.db"
         if not (path / RUN_FILE).is_file() or not archive.is_file():
             raise ConfigError(f"run.seeds_from={run_dir}: {path} holds no run (no {RUN_FILE} and archive.db)")
-        reader = None
-        try:
-            reader = ArchiveReader(path=archive)
-            reader.meta("config")  # reads, or raises on a file that is not a run's archive
-        except Exception as exc:  # noqa: BLE001
-            if reader is not None:
-                reader.close()
-            raise ConfigError(f"run.seeds_from={run_dir}: {archive} cannot be read as a run's archive "
-                              f"({type(exc).__name__})") from None
+        reader = open_reader(f"sqlite:///{archive}")
+        if reader is None:
+            raise ConfigError(f"run.seeds_from={run_dir}: {archive} cannot be read as a run's archive")
         return cls(reader, path, environment)
 
     def seed(self, task: Task) -> StoredSeed | None:
