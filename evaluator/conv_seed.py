@@ -174,9 +174,9 @@ def replace_convolutions(lines: list[str], first_index: int, precision: str = "i
             continue
         indent, buffer, args = match.groups()
         index = first_index + len(launchers)
-        shape = _convolution_shape(args, lines)
-        taps_first = _two_loops(*shape) and _taps_loop_first(*shape, _strided(args))
-        block_m, block_n, block_k, warps, stages = seed_tile(*shape, strided=_strided(args), precision=precision)
+        shape, strided = _convolution_shape(args, lines), _strided(args)
+        taps_first = _two_loops(*shape) and _taps_loop_first(*shape, strided)
+        block_m, block_n, block_k, warps, stages = seed_tile(*shape, strided=strided, precision=precision)
         names = [f"K{index}_BLOCK_M = {block_m}", f"K{index}_BLOCK_N = {block_n}", f"K{index}_BLOCK_K = {block_k}",
                  f"K{index}_NUM_WARPS = {warps}", f"K{index}_NUM_STAGES = {stages}"]
         choice = ""

@@ -179,12 +179,13 @@ def run_search(c: Components, config_yaml: str, console: Console | None = None,
                            error=outcome.error, environment=environment)
             for name, check in piece.checked.items():  # passed: not run again by a start in this environment
                 store_check(archive, next(t for t in c.tasks if t.name == name), check, environment)
-            for searched in piece.tasks if borrowed else []:  # taken from run.seeds_from: kept as this run's own
+            # Taken from run.seeds_from (asked only where this run held none): kept as this run's own.
+            for searched in piece.tasks if borrowed else []:
                 task = next(t for t in c.tasks if t.name == searched.name)  # as given: the keys hash its files
-                if task.name in borrowed.seeds and stored_seed(archive, task) is None:
+                if task.name in borrowed.seeds:
                     taken = borrowed.seeds[task.name]
                     store_seed(archive, task, source=taken.source, environment=taken.environment)
-                if task.name in borrowed.checks and stored_check(archive, task, environment) is None:
+                if task.name in borrowed.checks:
                     store_check(archive, task, borrowed.checks[task.name], environment)
             for aside in piece.set_aside:
                 archive.set_aside(aside.task, aside.stage, aside.reason, aside.source_hash)
