@@ -15,9 +15,13 @@ memory: each program gathers its tile straight from the input (or its channels-l
   channels), a tap's input positions worked out per row of the tile.  Transposed with a stride,
   whether the division is exact depends on ``y`` modulo the stride alone (its phase): each
   program takes one phase's rows and visits only the taps it admits, about one in ``stride ** dims``.
-- The gathers put the reduction index in rows, so that a warp's lanes run along consecutive
-  input addresses (output positions), not across channels ``H * W`` apart; the second kernel
-  reads the weight packed with output channels innermost.  Or (``channels_last``) it gathers from
+- A warp's lanes run along consecutive input addresses (output positions), not across channels
+  ``H * W`` apart.  Where it cannot tell which dimension of a gathered tile runs along consecutive
+  addresses, Triton lays lanes along the first (3.6 and before) or the last (3.7 and after): the
+  launch says which (``ROWS_FIRST``).  With fp32 products exact on an H200 (Triton 3.6), gathers
+  laid along the positions ran 1.1-1.7x faster than those laid along the channels before, on 11
+  of the sample's 18 convolutions, none slower by more than 2% (``kernelbench_search.md``, section 24).  The second kernel reads the weight packed with output channels innermost.  Or
+  (``channels_last``) it gathers from
   a channels-last copy of the input, a tap's rows as whole vectors of channels, the weight packed
   with input channels innermost: with the seeds' tile in TF32 on an H200, 2.3 to 3.3x faster on
   the four 2-D convolutions with many channels of the KernelBench sample, the copy included
@@ -63,7 +67,8 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
                  HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  PHASED: tl.constexpr, CHECK_D: tl.constexpr, CHECK_H: tl.constexpr, CHECK_W: tl.constexpr,
-                 OFFSETS_32: tl.constexpr, SPLIT: tl.constexpr = False, x_lo=0, w_lo=0):
+                 OFFSETS_32: tl.constexpr, SPLIT: tl.constexpr = False, x_lo=0, w_lo=0,
+                 ROWS_FIRST: tl.constexpr = True):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     group = tl.program_id(2)
@@ -100,44 +105,43 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
         rest_k = rest_k // KH
         kd = rest_k % KD
         channel = rest_k // KD
-        # The gathers are built with the reduction index in rows: a warp's lanes then run along the
-        # output positions (the input's consecutive addresses) and along a weight row's taps, not
-        # across channels H * W apart (Triton lays lanes along the last dimension where it cannot
-        # tell which is contiguous); both are turned for the product.
+        tap_d, tap_h, tap_w = _tap_steps(kd, kh, kw, dil_d, dil_h, dil_w, TRANSPOSED)
+        if OFFSETS_32:
+            cols = channel * sxc + tap_d * sxd + tap_h * sxh + tap_w * sxw
+        else:
+            cols = (channel.to(tl.int64) * sxc + tap_d.to(tl.int64) * sxd + tap_h.to(tl.int64) * sxh
+                    + tap_w.to(tl.int64) * sxw)
+        w_cols = channel * (sw0 if TRANSPOSED else sw1) + kd * swd + kh * swh + kw * sww
+        # The gathers are (output position, reduction index) tiles, their lanes along the output
+        # positions (the input's consecutive addresses: _gather), not the reduction's channels
+        # H * W apart.
         if PHASED:  # transposed with a stride: whether tap k applies depends on the output's phase
-            td = od[None, :] + pad_d - kd[:, None] * dil_d
-            th = oh[None, :] + pad_h - kh[:, None] * dil_h
-            tw = ow[None, :] + pad_w - kw[:, None] * dil_w
+            td = od[:, None] + pad_d - kd[None, :] * dil_d
+            th = oh[:, None] + pad_h - kh[None, :] * dil_h
+            tw = ow[:, None] + pad_w - kw[None, :] * dil_w
             valid = (td >= 0) & (th >= 0) & (tw >= 0)
             valid = valid & (td % stride_d == 0) & (th % stride_h == 0) & (tw % stride_w == 0)
             i_d = td // stride_d
             i_h = th // stride_h
             i_w = tw // stride_w
             valid = valid & (i_d < D_in) & (i_h < H_in) & (i_w < W_in)
-            x_offsets = (channel[:, None].to(tl.int64) * sxc + batch[None, :].to(tl.int64) * sxn
+            x_offsets = (channel[None, :].to(tl.int64) * sxc + batch[:, None].to(tl.int64) * sxn
                          + i_d.to(tl.int64) * sxd + i_h.to(tl.int64) * sxh + i_w.to(tl.int64) * sxw)
-            valid = valid & k_mask[:, None] & m_mask[None, :]
+            valid = valid & m_mask[:, None] & k_mask[None, :]
         else:
-            tap_d, tap_h, tap_w = _tap_steps(kd, kh, kw, dil_d, dil_h, dil_w, TRANSPOSED)
-            if OFFSETS_32:
-                cols = channel * sxc + tap_d * sxd + tap_h * sxh + tap_w * sxw
-            else:
-                cols = (channel.to(tl.int64) * sxc + tap_d.to(tl.int64) * sxd + tap_h.to(tl.int64) * sxh
-                        + tap_w.to(tl.int64) * sxw)
-            x_offsets = cols[:, None] + rows[None, :]
-            valid = _tap_inside(k_mask[:, None] & m_mask[None, :], row_d[None, :], row_h[None, :], row_w[None, :],
-                                tap_d[:, None], tap_h[:, None], tap_w[:, None], D_in, H_in, W_in,
+            x_offsets = rows[:, None] + cols[None, :]
+            valid = _tap_inside(m_mask[:, None] & k_mask[None, :], row_d[:, None], row_h[:, None], row_w[:, None],
+                                tap_d[None, :], tap_h[None, :], tap_w[None, :], D_in, H_in, W_in,
                                 CHECK_D, CHECK_H, CHECK_W)
-        a = tl.trans(tl.load(x_group + x_offsets, mask=valid, other=0.0))
-        taps = kd[None, :] * swd + kh[None, :] * swh + kw[None, :] * sww
+        a = _gather(x_group + x_offsets, valid, ROWS_FIRST)
         if TRANSPOSED:  # weight (C_in, O / groups, *kernel)
-            w_offsets = (group * C_group + channel)[None, :] * sw0 + offs_n[:, None] * sw1 + taps
+            w_offsets = (group * C_group * sw0 + offs_n * sw1)[:, None] + w_cols[None, :]
         else:  # weight (O, C_in / groups, *kernel)
-            w_offsets = (group * O_group + offs_n)[:, None] * sw0 + channel[None, :] * sw1 + taps
+            w_offsets = ((group * O_group + offs_n) * sw0)[:, None] + w_cols[None, :]
         w_mask = n_mask[:, None] & k_mask[None, :]
         b = tl.trans(tl.load(w_ptr + w_offsets, mask=w_mask, other=0.0))
         if SPLIT:  # both operands split in memory, their second parts x_lo and w_lo elements on
-            a_small = tl.trans(tl.load(x_group + x_lo + x_offsets, mask=valid, other=0.0))
+            a_small = _gather(x_group + x_lo + x_offsets, valid, ROWS_FIRST)
             b_small = tl.trans(tl.load(w_ptr + w_lo + w_offsets, mask=w_mask, other=0.0))
             acc = _split_product(acc, a, a_small, b, b_small)
         elif IEEE:
@@ -160,35 +164,47 @@ def _split_product(acc, a, a_small, b, b_small):
 
 
 @triton.jit
-def _tap_operands(a_at, a_mask, b_at, b_mask, CHANNELS_LAST: tl.constexpr):
-    # A tap's gathered input block and its weights, loaded as laid out and turned for the product.
+def _gather(at, mask, ROWS_FIRST: tl.constexpr):
+    # A (rows, columns) tile gathered from addresses that run along the rows (output positions)
+    # where Triton cannot tell so: it lays a warp's lanes along the dimension with the longest
+    # provable run of consecutive addresses, and on a tie along the first (Triton 3.6 and before:
+    # ROWS_FIRST) or the last (3.7 and after, where the tile is loaded turned).
+    if ROWS_FIRST:
+        return tl.load(at, mask=mask, other=0.0)
+    else:
+        return tl.trans(tl.load(tl.trans(at), mask=tl.trans(mask), other=0.0))
+
+
+@triton.jit
+def _tap_operands(a_at, a_mask, b_at, b_mask, CHANNELS_LAST: tl.constexpr, ROWS_FIRST: tl.constexpr):
+    # A tap's gathered input block (positions, channels) and its weights, loaded as laid out and
+    # turned for the product.
     if CHANNELS_LAST:
         return tl.load(a_at, mask=a_mask, other=0.0), tl.trans(tl.load(b_at, mask=b_mask, other=0.0))
     else:
-        return tl.trans(tl.load(a_at, mask=a_mask, other=0.0)), tl.load(b_at, mask=b_mask, other=0.0)
+        return _gather(a_at, a_mask, ROWS_FIRST), tl.load(b_at, mask=b_mask, other=0.0)
 
 
 @triton.jit
 def _channel_product(acc, x_rows, rows, w_tap, channel, C_group, O_group, n_mask, sxc, x_lo, w_lo,
-                     IEEE: tl.constexpr, CHANNELS_LAST: tl.constexpr, SPLIT: tl.constexpr):
+                     IEEE: tl.constexpr, CHANNELS_LAST: tl.constexpr, SPLIT: tl.constexpr, ROWS_FIRST: tl.constexpr):
     # One tap's block of input channels times its weights, added to the tile.  The gather's lanes
-    # run along consecutive input addresses: the rows (output positions) in NCHW, the channels in
-    # channels-last (then each row's channels load as whole vectors, and the weight comes packed
-    # with its channels innermost too: both operands K-major, as TF32 tensor cores read them).
+    # run along consecutive input addresses: the rows (output positions) in NCHW (_gather), the
+    # channels in channels-last (the input's channel stride is 1: each row's channels load as whole
+    # vectors, and the weight comes packed with its channels innermost too: both operands K-major,
+    # as TF32 tensor cores read them).
     c_mask = channel < C_group
+    a_at = x_rows[:, None] + channel[None, :].to(tl.int64) * sxc
+    a_mask = rows[:, None] & c_mask[None, :]
     if CHANNELS_LAST:
-        a_at = x_rows[:, None] + channel[None, :].to(tl.int64) * sxc
-        a_mask = rows[:, None] & c_mask[None, :]
         b_at = w_tap + channel[None, :]
         b_mask = n_mask[:, None] & c_mask[None, :]
     else:
-        a_at = x_rows[None, :] + channel[:, None].to(tl.int64) * sxc
-        a_mask = c_mask[:, None] & rows[None, :]
         b_at = w_tap + channel[:, None] * O_group
         b_mask = c_mask[:, None] & n_mask[None, :]
-    a, b = _tap_operands(a_at, a_mask, b_at, b_mask, CHANNELS_LAST)
+    a, b = _tap_operands(a_at, a_mask, b_at, b_mask, CHANNELS_LAST, ROWS_FIRST)
     if SPLIT:  # both operands split in memory, their second parts x_lo and w_lo elements on
-        a_small, b_small = _tap_operands(a_at + x_lo, a_mask, b_at + w_lo, b_mask, CHANNELS_LAST)
+        a_small, b_small = _tap_operands(a_at + x_lo, a_mask, b_at + w_lo, b_mask, CHANNELS_LAST, ROWS_FIRST)
         return _split_product(acc, a, a_small, b, b_small)
     elif IEEE:
         return acc + tl.dot(a, b, input_precision="ieee")
@@ -207,7 +223,8 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, e
                       HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       TAP_STEP_D: tl.constexpr, TAP_STEP_H: tl.constexpr, TAP_STEP_W: tl.constexpr,
-                      CHANNELS_LAST: tl.constexpr, SPLIT: tl.constexpr = False, x_lo=0, w_lo=0):
+                      CHANNELS_LAST: tl.constexpr, SPLIT: tl.constexpr = False, x_lo=0, w_lo=0,
+                      ROWS_FIRST: tl.constexpr = True):
     # The reduction runs over taps, then a tap's channels: a tap's input positions are worked out
     # per row of the tile, not per element of each gather.
     # Transposed, output y takes tap k only where the stride divides y + padding - k * dilation,
@@ -271,7 +288,7 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, e
         rows, x_rows, w_tap = _tap_rows(*geometry, kd, kh, kw, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w,
                                         dil_d, dil_h, dil_w, shift_d, shift_h, shift_w, KH, KW, TRANSPOSED)
         acc = _channel_product(acc, x_rows, rows, w_tap, (step % blocks) * BLOCK_K + offs_c, C_group, O_group,
-                               n_mask, sxc, x_lo, w_lo, IEEE, CHANNELS_LAST, SPLIT)
+                               n_mask, sxc, x_lo, w_lo, IEEE, CHANNELS_LAST, SPLIT, ROWS_FIRST)
     _store_tile(acc, out_ptr, b_ptr, batch, group * O_group + offs_n, od, oh, ow, son, soo, sod, soh, sow,
                 m_mask, n_mask, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr, HAS_BIAS)
 

@@ -190,7 +190,7 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
         _conv_taps_kernel[grid](x, packed, b_arg, out, *operands, *sizes[:6], *quotients, m_phase, c_group,
                                 o_group, *x_layout, *out_layout, *geometry, IEEE=x.dtype == torch.float32,
                                 CHANNELS_LAST=channels_last, SPLIT=split, x_lo=x.numel(), w_lo=packed.numel(),
-                                BLOCK_N=block_n, BLOCK_K=block_k,
+                                BLOCK_N=block_n, BLOCK_K=block_k, ROWS_FIRST=_ROWS_FIRST,
                                 TAP_STEP_D=steps[0], TAP_STEP_H=steps[1], TAP_STEP_W=steps[2],
                                 **shared)
         return out
@@ -203,7 +203,7 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     _conv_kernel[grid](x, weight, b_arg, out, *operands, c_in, *sizes, o_group, k_total, *layouts,
                        IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k,
                        OFFSETS_32=span < _INT32_SPAN, SPLIT=split, x_lo=x.numel(), w_lo=weight.numel(), **shared,
-                       **_gather_checks(transposed, stride, padding))
+                       **_gather_checks(transposed, stride, padding), ROWS_FIRST=_ROWS_FIRST)
     return out
 
 
@@ -218,6 +218,12 @@ def _gather_checks(transposed, stride, padding) -> dict:
 
 # the largest span of input offsets the general kernel gathers in int32
 _INT32_SPAN = 2 ** 30
+
+# Whether this Triton lays a gathered tile's lanes along its first dimension where it cannot tell
+# which runs along consecutive addresses (3.6 and before; 3.7 and after, the last): the kernels'
+# _gather then loads the tile as it is, else turned.  Read from the TTGIR of the taps kernel
+# compiled by Triton 3.5 to 3.9 for sm_90 (kernelbench_search.md, section 24).
+_ROWS_FIRST = tuple(int(part) for part in triton.__version__.split(".")[:2]) < (3, 7)
 
 
 def _gcd(a: int, b: int) -> int:

@@ -57,18 +57,21 @@ def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: in
     taps_first = _taps_loop_first(weight_shape, transposed, groups, strided)
     if precision == "ieee" and taps_first and per_group >= WIDE_SPLIT_CHANNELS:
         return WIDE_SPLIT_TILE
+    if per_group > 16 and not taps_first:
+        return GENERAL_LOOP_TILE if per_group <= 32 else GENERAL_LOOP_WIDE_TILE
     if per_group >= 64:
         return (128, 64, 16, 4, 3)
-    if per_group > 16 and not taps_first:
-        return GENERAL_LOOP_TILE
     return (64, 16 if per_group <= 16 else 32, 32, 4, 2)
 
 
-# 17 to 63 output channels a group in the general loop (fewer than 16 inputs, not transposed with a
-# stride): 128 positions a program, not 64.  On an H100 (experiments/kernelbench_search.md, section 22) l2_7's Conv3d (8
-# inputs, 32 outputs, fp32 products exact) ran 5.85 ms at 128 x 32 against 6.83 at 64 x 32; cuDNN
-# 4.45.  Section 6's grid, which found 64 x 32 best at 32 outputs, had no 128 x 32 tile.
-GENERAL_LOOP_TILE = (128, 32, 32, 4, 2)
+# The general loop (fewer than 16 inputs a group, not transposed with a stride) with 17 to 32
+# output channels a group, and with more.  Since its gather's lanes run along output positions, on
+# an H200 (experiments/kernelbench_search.md, section 24; fp32 products exact): l2_7's Conv3d (8
+# inputs, 32 outputs) ran 4.01 ms at 256 x 32 x 16 in four warps against 5.02 at 128 x 32 x 32, the
+# tile before (cuDNN 4.39); l2_67's Conv2d (8 inputs, 64 outputs) 3.02 ms at 128 x 64 x 16 in two
+# stages against 4.73 at 128 x 64 x 32 in three (cuDNN 4.19).
+GENERAL_LOOP_TILE = (256, 32, 16, 4, 2)
+GENERAL_LOOP_WIDE_TILE = (128, 64, 16, 4, 2)
 
 
 # A call site starting in the taps loop with exact products and this many output channels a group

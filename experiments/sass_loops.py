@@ -167,7 +167,9 @@ def main() -> None:
             if kernel is None:
                 continue
             declared = {kernel.arg_names[i] for i in kernel.constexprs}  # an older kernel's strides are runtime
-            constants = {k: v for k, v in {**TILE, **constants}.items() if k in declared}
+            # gathers laid out for this Triton, as the launch lays them (evaluator/conv_launch.py)
+            launch = {"ROWS_FIRST": module._ROWS_FIRST} if hasattr(module, "_ROWS_FIRST") else {}
+            constants = {k: v for k, v in {**TILE, **launch, **constants}.items() if k in declared}
             print(json.dumps({"version": label, "case": case, "kernel": name, **counts(kernel, constants)}),
                   flush=True)
 

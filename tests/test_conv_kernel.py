@@ -117,7 +117,7 @@ def test_the_channels_last_gather_matches_pytorchs(conv, case, layout):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("channels_last, rows_first", [(False, True), (False, False), (True, True)])
 @pytest.mark.parametrize("case", [
     # fewer than 16 channels a group: the taps kernel where asked (most of each 16-deep step masked)
     (lambda: torch.nn.Conv2d(8, 6, 3, padding=1), (2, 8, 5, 6)),
@@ -126,9 +126,12 @@ def test_the_channels_last_gather_matches_pytorchs(conv, case, layout):
     (lambda: torch.nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, output_padding=1), (1, 3, 2, 3, 2)),
     (lambda: torch.nn.Conv1d(3, 5, 3, dilation=2), (2, 3, 9)),
 ])
-def test_the_taps_kernel_runs_with_few_channels_a_group_where_asked(conv, case, channels_last, monkeypatch):
+def test_the_taps_kernel_runs_with_few_channels_a_group_where_asked(conv, case, channels_last, rows_first,
+                                                                   monkeypatch):
     convolution, device = conv
     monkeypatch.setitem(convolution.__globals__, "_conv_kernel", None)  # the general kernel is not called
+    # the NCHW gather loaded as it is laid out, or turned (_gather: by Triton's version)
+    monkeypatch.setitem(convolution.__globals__, "_ROWS_FIRST", rows_first)
     make, shape = case
     torch.manual_seed(0)
     module = make().to(device)
@@ -252,10 +255,12 @@ def test_a_seed_starts_from_a_tile_suited_to_its_output_channels_and_loop():
     assert tile((128, 64, 3, 3)) == (128, 64, 16, 4, 3)  # 128 outputs: the wide tile
     assert tile((64, 128, 3, 5), transposed=True) == (128, 64, 16, 4, 3)  # transposed: (in, out, ...)
     assert tile((128, 64, 3, 3), precision="ieee") == (128, 128, 16, 8, 3)  # exact, taps loop: WIDE_SPLIT_TILE
-    assert tile((128, 8, 3, 3), precision="ieee") == (128, 64, 16, 4, 3)  # ... not in the general loop
-    assert tile((32, 8, 3, 3, 3)) == (128, 32, 32, 4, 2)  # 8 inputs: the general loop's
+    assert tile((128, 8, 3, 3), precision="ieee") == (128, 64, 16, 4, 2)  # ... not in the general loop's
+    assert tile((64, 8, 3, 3)) == (128, 64, 16, 4, 2)  # 8 inputs, 64 outputs: the general loop's wide tile
+    assert tile((32, 8, 3, 3, 3)) == (256, 32, 16, 4, 2)  # 32 outputs: its narrow one
     assert tile((8, 32, 3, 3), transposed=True, strided=True) == (64, 32, 32, 4, 2)  # ... unless it starts in taps
-    assert tile((8, 32, 3, 3), transposed=True) == (128, 32, 32, 4, 2)  # at stride 1 it does not
+    assert tile((8, 32, 3, 3), transposed=True) == (256, 32, 16, 4, 2)  # at stride 1 it does not
+    assert tile((8, 64, 3, 3), transposed=True, strided=True) == (128, 64, 16, 4, 3)  # taps, 64 outputs
     assert tile((32, 16, 3, 3)) == (64, 32, 32, 4, 2)  # 16 inputs: the taps loop's
     assert tile((16, 3, 3, 3, 3))[1] == 16
     assert tile((128, 1, 3, 3), groups=128)[0] == 256  # depthwise: the direct kernel's positions
@@ -271,7 +276,7 @@ def test_the_weights_shape_is_read_from_inductors_wrapper():
     symbolic = ["assert_size_stride(arg0_1, (s0, 8, 3, 3), (72, 9, 3, 1))"]
     assert _convolution_shape(args, symbolic)[0] is None
     out, constants, launchers = replace_convolutions(lines, 3)
-    assert "K3_BLOCK_M = 128" in constants[0] and "K3_NUM_STAGES = 3" in constants[0]
+    assert "K3_BLOCK_M = 128" in constants[0] and "K3_NUM_STAGES = 2" in constants[0]  # the general loop's 64 outputs
     assert out[1].lstrip().startswith("buf0 = _launch_3(arg1_1, arg0_1")
     assert "K3_USE_TAPS_LOOP = 0" in constants[0]  # 8 channels: the general loop first, the taps loop the search's
 
@@ -348,6 +353,7 @@ def test_switched_to_the_general_loop_a_convolution_of_many_channels_is_still_ri
 
 @pytest.mark.slow
 @pytest.mark.parametrize("offsets_32", [True, False])
+@pytest.mark.parametrize("rows_first", [True, False])
 @pytest.mark.parametrize("case", [
     # the general kernel: no padding (no bounds checked), padded along some dimensions, transposed at
     # stride 1 (bounds on both sides) and with a stride (each element's phase), 1 to 3 dimensions
@@ -357,9 +363,12 @@ def test_switched_to_the_general_loop_a_convolution_of_many_channels_is_still_ri
     (lambda: torch.nn.ConvTranspose2d(3, 4, (2, 3), dilation=(1, 2), padding=(0, 1)), (2, 3, 4, 5)),
     (lambda: torch.nn.ConvTranspose1d(4, 2, 3, stride=2, padding=1, output_padding=1, groups=2), (2, 4, 6)),
 ])
-def test_the_general_kernel_gathers_in_int32_or_int64_alike(conv, case, offsets_32, monkeypatch):
+def test_the_general_kernel_gathers_in_int32_or_int64_and_either_way_round_alike(conv, case, offsets_32, rows_first,
+                                                                                 monkeypatch):
+    # rows_first: the gathered tiles loaded as they are, else turned (_gather: by Triton's version)
     convolution, device = conv
     monkeypatch.setitem(convolution.__globals__, "_INT32_SPAN", 2 ** 30 if offsets_32 else 0)
+    monkeypatch.setitem(convolution.__globals__, "_ROWS_FIRST", rows_first)
     make, shape = case
     torch.manual_seed(0)
     module = make().to(device)
