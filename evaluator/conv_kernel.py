@@ -68,7 +68,7 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  PHASED: tl.constexpr, CHECK_D: tl.constexpr, CHECK_H: tl.constexpr, CHECK_W: tl.constexpr,
                  OFFSETS_32: tl.constexpr, SPLIT: tl.constexpr = False, x_lo=0, w_lo=0,
-                 ROWS_FIRST: tl.constexpr = True):
+                 ROWS_FIRST: tl.constexpr = True, C_PAD: tl.constexpr = 0):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     group = tl.program_id(2)
@@ -95,16 +95,37 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
         rows = (batch.to(tl.int64) * sxn + row_d.to(tl.int64) * sxd + row_h.to(tl.int64) * sxh
                 + row_w.to(tl.int64) * sxw)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K_total, BLOCK_K):
-        # reduction index k = ((c * KD + kd) * KH + kh) * KW + kw
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_mask = offs_k < K_total
-        kw = offs_k % KW
-        rest_k = offs_k // KW
-        kh = rest_k % KH
-        rest_k = rest_k // KH
-        kd = rest_k % KD
-        channel = rest_k // KD
+    # C_PAD (a power of two, at most BLOCK_K): the reduction runs taps outermost, each tap's channels
+    # padded to C_PAD, BLOCK_K // C_PAD taps a step.  A column's channel and its tap's place among
+    # the step's are then constants of the column (a warp's lanes run along the rows, each thread
+    # holding every column), and only those few taps are split into kd, kh, kw, not each column's
+    # index as below: on an H200, l2_7's convolution ran 1.28x faster for it and l2_67's 1.10x at
+    # their seed tiles (kernelbench_search.md, section 24).  Else channels outermost, one index
+    # split per column.
+    TAPS: tl.constexpr = KD * KH * KW
+    if C_PAD > 0:
+        steps = tl.cdiv(TAPS, BLOCK_K // C_PAD)
+    else:
+        steps = tl.cdiv(K_total, BLOCK_K)
+    for step in range(0, steps):
+        if C_PAD > 0:
+            tap = step * (BLOCK_K // C_PAD) + tl.arange(0, BLOCK_K) // C_PAD
+            channel = tl.arange(0, BLOCK_K) % C_PAD
+            k_mask = (tap < TAPS) & (channel < C_group)
+            kw = tap % KW
+            rest_k = tap // KW
+            kh = rest_k % KH
+            kd = rest_k // KH
+        else:
+            # reduction index k = ((c * KD + kd) * KH + kh) * KW + kw
+            offs_k = step * BLOCK_K + tl.arange(0, BLOCK_K)
+            k_mask = offs_k < K_total
+            kw = offs_k % KW
+            rest_k = offs_k // KW
+            kh = rest_k % KH
+            rest_k = rest_k // KH
+            kd = rest_k % KD
+            channel = rest_k // KD
         tap_d, tap_h, tap_w = _tap_steps(kd, kh, kw, dil_d, dil_h, dil_w, TRANSPOSED)
         if OFFSETS_32:
             cols = channel * sxc + tap_d * sxd + tap_h * sxh + tap_w * sxw

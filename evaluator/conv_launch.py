@@ -200,10 +200,15 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
         layouts = (*_layout(x), *_layout(weight), *out_layout, *geometry)
     # every offset of a gather within int32, with room for a block of channels past the last
     span = sum((n - 1) * abs(s) for n, s in zip(x.shape, x.stride())) + (c_group + block_k) * abs(x.stride(1))
+    checks = _gather_checks(transposed, stride, padding)
+    # taps outermost, a tap's channels padded to a power of two, where a step holds whole taps (the
+    # kernel's C_PAD); transposed with a stride, each element's phase decides (channels outermost)
+    c_pad = triton.next_power_of_2(c_group)
+    c_pad = c_pad if c_pad <= block_k and not checks["PHASED"] else 0
     _conv_kernel[grid](x, weight, b_arg, out, *operands, c_in, *sizes, o_group, k_total, *layouts,
                        IEEE=x.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k,
                        OFFSETS_32=span < _INT32_SPAN, SPLIT=split, x_lo=x.numel(), w_lo=weight.numel(), **shared,
-                       **_gather_checks(transposed, stride, padding), ROWS_FIRST=_ROWS_FIRST)
+                       **checks, ROWS_FIRST=_ROWS_FIRST, C_PAD=c_pad)
     return out
 
 

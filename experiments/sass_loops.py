@@ -116,6 +116,8 @@ STEPS = dict(TAP_STEP_D=1, TAP_STEP_H=1, TAP_STEP_W=1, CHANNELS_LAST=False)
 UNPADDED = dict(PHASED=False, CHECK_D=False, CHECK_H=False, CHECK_W=False, OFFSETS_32=True)
 CASES = {  # name: (kernel, constexprs beyond the tile); strides are runtime arguments in older kernels
     "regular, stride 1": ("_conv_kernel", dict(TRANSPOSED=False, **GEOMETRY, **UNPADDED)),
+    # 8 channels a group padded to none, four taps a step of 32 (the launch's C_PAD below a step's depth)
+    "regular, stride 1, taps outermost": ("_conv_kernel", dict(TRANSPOSED=False, **GEOMETRY, **UNPADDED, C_PAD=8)),
     "transposed, stride 1": ("_conv_kernel", dict(TRANSPOSED=True, **GEOMETRY, **dict(
         UNPADDED, CHECK_D=True, CHECK_H=True, CHECK_W=True))),
     "transposed, stride 2": ("_conv_kernel", dict(TRANSPOSED=True, **dict(GEOMETRY, stride_h=2, stride_w=2,

@@ -362,6 +362,10 @@ def test_switched_to_the_general_loop_a_convolution_of_many_channels_is_still_ri
     (lambda: torch.nn.Conv2d(4, 6, (3, 2), padding=(1, 0), groups=2), (2, 4, 6, 5)),
     (lambda: torch.nn.ConvTranspose2d(3, 4, (2, 3), dilation=(1, 2), padding=(0, 1)), (2, 3, 4, 5)),
     (lambda: torch.nn.ConvTranspose1d(4, 2, 3, stride=2, padding=1, output_padding=1, groups=2), (2, 4, 6)),
+    # taps outermost (C_PAD): 5 channels padded to 8, two taps a step of 16, the last step half empty
+    (lambda: torch.nn.Conv2d(5, 3, 3, padding=(1, 0)), (2, 5, 5, 6)),
+    # 20 channels a group, more than a step holds: channels outermost
+    (lambda: torch.nn.Conv2d(40, 6, 3, padding=1, groups=2), (1, 40, 4, 5)),
 ])
 def test_the_general_kernel_gathers_in_int32_or_int64_and_either_way_round_alike(conv, case, offsets_32, rows_first,
                                                                                  monkeypatch):

@@ -31,6 +31,10 @@ def test_the_taps_kernels_loop_does_less_index_arithmetic_than_the_general_one()
     # the packed weight: its tile in 16-byte copies (4 a thread, for 16 floats), the input's as before
     assert taps[0]["wide_loads"] == 4 and general[0]["wide_loads"] == 0
     assert taps[0]["loads"] == general[0]["loads"] - 12 > 0
+    # taps outermost in the general kernel: only a step's few taps split into kd, kh, kw
+    outermost = cases["regular, stride 1, taps outermost"]
+    assert len(outermost) == 1 and outermost[0]["ffma"] == 2048
+    assert outermost[0]["integer"] * 2 < general[0]["integer"]
     strided = cases["transposed, stride 2, taps kernel"]
     assert len(strided) == 1 and strided[0]["integer"] * 2 < cases["transposed, stride 2"][0]["integer"]
     # the channels-last gather compiles to one pipelined loop with 16-byte copies; how much it saves
