@@ -20,11 +20,12 @@ memory: each program gathers its tile straight from the input (or its channels-l
   addresses, Triton lays lanes along the first (3.6 and before) or the last (3.7 and after): the
   launch says which (``ROWS_FIRST``).  With fp32 products exact on an H200 (Triton 3.6), gathers
   laid along the positions ran 1.1-1.7x faster than those laid along the channels before, on 11
-  of the sample's 18 convolutions, none slower by more than 2% (``kernelbench_search.md``, section 24).  The second kernel reads the weight packed with output channels innermost.  Or
-  (``channels_last``) it gathers from
-  a channels-last copy of the input, a tap's rows as whole vectors of channels, the weight packed
-  with input channels innermost: with the seeds' tile in TF32 on an H200, 2.3 to 3.3x faster on
-  the four 2-D convolutions with many channels of the KernelBench sample, the copy included
+  of the sample's 18 convolutions, none slower by more than 2% (``kernelbench_search.md``,
+  section 24).  The second kernel reads the weight packed with output channels innermost.  Or
+  (``channels_last``) it gathers from a channels-last copy of the input, a tap's rows as whole
+  vectors of channels, the weight packed with input channels innermost: with the seeds' tile in
+  TF32 on an H200, 2.3 to 3.3x faster on the four 2-D convolutions with many channels of the
+  KernelBench sample, the copy included
   (``experiments/kernelbench_search.md``, section 16).
 - The general and direct kernels add a position's offset to a tap's, each worked out once, and
   check bounds only where a tap can leave the input (transposed with a stride: per element); on an
@@ -108,7 +109,7 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
     else:
         steps = tl.cdiv(K_total, BLOCK_K)
     for step in range(0, steps):
-        if C_PAD > 0:
+        if C_PAD > 0:  # tap = (kd * KH + kh) * KW + kw
             tap = step * (BLOCK_K // C_PAD) + tl.arange(0, BLOCK_K) // C_PAD
             channel = tl.arange(0, BLOCK_K) % C_PAD
             k_mask = (tap < TAPS) & (channel < C_group)
@@ -116,8 +117,7 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
             rest_k = tap // KW
             kh = rest_k % KH
             kd = rest_k // KH
-        else:
-            # reduction index k = ((c * KD + kd) * KH + kh) * KW + kw
+        else:  # k = ((c * KD + kd) * KH + kh) * KW + kw (sass_loops.py: fewer instructions than k % TAPS first)
             offs_k = step * BLOCK_K + tl.arange(0, BLOCK_K)
             k_mask = offs_k < K_total
             kw = offs_k % KW
@@ -126,12 +126,6 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
             rest_k = rest_k // KH
             kd = rest_k % KD
             channel = rest_k // KD
-        tap_d, tap_h, tap_w = _tap_steps(kd, kh, kw, dil_d, dil_h, dil_w, TRANSPOSED)
-        if OFFSETS_32:
-            cols = channel * sxc + tap_d * sxd + tap_h * sxh + tap_w * sxw
-        else:
-            cols = (channel.to(tl.int64) * sxc + tap_d.to(tl.int64) * sxd + tap_h.to(tl.int64) * sxh
-                    + tap_w.to(tl.int64) * sxw)
         w_cols = channel * (sw0 if TRANSPOSED else sw1) + kd * swd + kh * swh + kw * sww
         # The gathers are (output position, reduction index) tiles, their lanes along the output
         # positions (the input's consecutive addresses: _gather), not the reduction's channels
@@ -150,6 +144,12 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
                          + i_d.to(tl.int64) * sxd + i_h.to(tl.int64) * sxh + i_w.to(tl.int64) * sxw)
             valid = valid & m_mask[:, None] & k_mask[None, :]
         else:
+            tap_d, tap_h, tap_w = _tap_steps(kd, kh, kw, dil_d, dil_h, dil_w, TRANSPOSED)
+            if OFFSETS_32:
+                cols = channel * sxc + tap_d * sxd + tap_h * sxh + tap_w * sxw
+            else:
+                cols = (channel.to(tl.int64) * sxc + tap_d.to(tl.int64) * sxd + tap_h.to(tl.int64) * sxh
+                        + tap_w.to(tl.int64) * sxw)
             x_offsets = rows[:, None] + cols[None, :]
             valid = _tap_inside(m_mask[:, None] & k_mask[None, :], row_d[:, None], row_h[:, None], row_w[:, None],
                                 tap_d[None, :], tap_h[None, :], tap_w[None, :], D_in, H_in, W_in,
