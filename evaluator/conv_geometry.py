@@ -32,6 +32,17 @@ def _store_tile(acc, out_ptr, b_ptr, batch, channels, od, oh, ow, son, soo, sod,
 
 
 @triton.jit
+def _digits(index, A, B, C):
+    # index = ((rest * C + c) * B + b) * A + a: its digits a, b, c and the rest, as an output
+    # position splits into width, height, depth and batch, or a reduction index into taps and channel
+    a = index % A
+    rest = index // A
+    b = rest % B
+    rest = rest // B
+    return a, b, rest % C, rest // C
+
+
+@triton.jit
 def _input_rows(od, oh, ow, stride_d: tl.constexpr, stride_h: tl.constexpr, stride_w: tl.constexpr,
                 pad_d: tl.constexpr, pad_h: tl.constexpr, pad_w: tl.constexpr, TRANSPOSED: tl.constexpr):
     # Per dimension, the input position that a tap's offset is added to: output y takes tap k from

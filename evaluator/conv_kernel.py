@@ -52,7 +52,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from evaluator.conv_geometry import _admitted, _epilogue, _input_rows, _store_tile, _tap_inside, _tap_rows, _tap_steps
+from evaluator.conv_geometry import (_admitted, _digits, _epilogue, _input_rows, _store_tile, _tap_inside, _tap_rows,
+                                      _tap_steps)
 
 # --- seed ---
 
@@ -78,12 +79,7 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
     m_mask = offs_m < M_total
     n_mask = offs_n < O_group
     # output position m = ((n * D_out + od) * H_out + oh) * W_out + ow
-    ow = offs_m % W_out
-    rest = offs_m // W_out
-    oh = rest % H_out
-    rest = rest // H_out
-    od = rest % D_out
-    batch = rest // D_out
+    ow, oh, od, batch = _digits(offs_m, W_out, H_out, D_out)
     x_group = x_ptr + (group * C_group).to(tl.int64) * sxc
     # Unless transposed with a stride, a gathered element's input offset is its row's part (output
     # position) plus its column's (channel and tap), each worked out once a tile row or reduction
@@ -120,12 +116,7 @@ def _conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, ep3_pt
         else:  # k = ((c * KD + kd) * KH + kh) * KW + kw (sass_loops.py: fewer instructions than k % TAPS first)
             offs_k = step * BLOCK_K + tl.arange(0, BLOCK_K)
             k_mask = offs_k < K_total
-            kw = offs_k % KW
-            rest_k = offs_k // KW
-            kh = rest_k % KH
-            rest_k = rest_k // KH
-            kd = rest_k % KD
-            channel = rest_k // KD
+            kw, kh, kd, channel = _digits(offs_k, KW, KH, KD)
         w_cols = channel * (sw0 if TRANSPOSED else sw1) + kd * swd + kh * swh + kw * sww
         # The gathers are (output position, reduction index) tiles, their lanes along the output
         # positions (the input's consecutive addresses: _gather), not the reduction's channels
@@ -264,12 +255,8 @@ def _conv_taps_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr, e
     offs_c = tl.arange(0, BLOCK_K)
     n_mask = offs_n < O_group
     # row m of the phase = ((n * QD + qd) * QH + qh) * QW + qw
-    qw = offs_m % QW
-    rest = offs_m // QW
-    qh = rest % QH
-    rest = rest // QH
-    qd = rest % QD
-    batch = (rest // QD).to(tl.int64)
+    qw, qh, qd, batch = _digits(offs_m, QW, QH, QD)
+    batch = batch.to(tl.int64)
     if TRANSPOSED:  # output (r_d + qd * stride_d, ...)
         r_w = phase % stride_w
         r_h = (phase // stride_w) % stride_h
@@ -333,12 +320,8 @@ def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr,
     group = tl.program_id(2)  # the output channel
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_mask = offs_m < M_total
-    ow = offs_m % W_out
-    rest = offs_m // W_out
-    oh = rest % H_out
-    rest = rest // H_out
-    od = rest % D_out
-    batch = (rest // D_out).to(tl.int64)
+    ow, oh, od, batch = _digits(offs_m, W_out, H_out, D_out)
+    batch = batch.to(tl.int64)
     x_base = x_ptr + batch * sxn + (group * C_group).to(tl.int64) * sxc
     row_d, row_h, row_w = _input_rows(od, oh, ow, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, TRANSPOSED)
     x_rows = x_base + (row_d.to(tl.int64) * sxd + row_h.to(tl.int64) * sxh + row_w.to(tl.int64) * sxw)
