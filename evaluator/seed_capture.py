@@ -9,7 +9,10 @@ from inductor's own tuning.  Inductor is steered away from what a seed cannot us
 - inductor's analysis of memory coalescing, which fails on some reductions with dynamic
   shapes, is off;
 - matrix products become inductor's Triton GEMM templates (max-autotune over Triton
-  configurations only) rather than cuBLAS calls;
+  configurations only) rather than cuBLAS calls, and never decompose-K (a long K as a batched
+  product and a sum, whose product is aten's); a run splits K itself
+  (``operators.split_k.split_seed``).  The modules max-autotune compiles to benchmark such
+  subgraph choices are not the graph's output;
 - convolutions stay ``extern_kernels.convolution`` calls (no autotuning between cuDNN and
   inductor's conv templates, which cover only some variants): the converter replaces every
   one with the Triton convolution of ``evaluator.conv_kernel``; tensors keep their NCHW
@@ -39,6 +42,9 @@ _INDUCTOR_CONFIG = {
     # Its analysis fails an assertion on some reductions with dynamic shapes (torch 2.11: a
     # convolution, then a logsumexp over channels); it only picks tile shapes.
     "triton.coalesce_tiling_analysis": False,
+    # Decompose-K (a GEMM with a long K as a batched product and a sum) benchmarks its bmm as
+    # aten's; a seed splits K itself (operators/split_k.py).
+    "triton.num_decompose_k_splits": 0,
 }
 
 
@@ -60,6 +66,17 @@ def _known(config, key: str) -> bool:
     for parent in parents:
         config = getattr(config, parent, None)
     return config is not None and hasattr(config, name)
+
+
+def _benchmark_graph() -> bool:
+    """Whether inductor is lowering a subgraph choice to benchmark it (``benchmark_<choice>``)."""
+    from torch._inductor.virtualized import V
+
+    try:
+        name = V.graph.name
+    except (AttributeError, AssertionError):
+        return False
+    return isinstance(name, str) and name.startswith("benchmark_")
 
 
 def _source_name(node) -> str:
@@ -205,6 +222,12 @@ def capture(reference, inputs: list, gate_fds: list[int] | None = None,
         modules.append(module)
         return module
 
+    def saving(code: str) -> None:
+        # Max-autotune compiles subgraph choices (decompose-K, a contiguous copy before a GEMM)
+        # into modules of their own to benchmark them: their code is not the graph's.
+        if not _benchmark_graph():
+            codes.append(code)
+
     def backend(gm, example_inputs):
         first = len(codes)
         # Max-autotune benchmarks its GEMM templates on the GPU while it compiles, and keeps the
@@ -235,7 +258,7 @@ def capture(reference, inputs: list, gate_fds: list[int] | None = None,
     except (ImportError, AttributeError):
         pass
     compiled = torch.compile(reference, backend=backend, dynamic=dynamic)
-    with _lowering_switches(), mock.patch.object(GraphLowering, "save_output_code", staticmethod(codes.append)), \
+    with _lowering_switches(), mock.patch.object(GraphLowering, "save_output_code", staticmethod(saving)), \
             mock.patch.object(PyCodeCache, "load_by_key_path", staticmethod(loading)), \
             torch._dynamo.config.patch(specialize_float=True):
         compiled(*inputs)
@@ -243,8 +266,11 @@ def capture(reference, inputs: list, gate_fds: list[int] | None = None,
             graph["calls"] = 0
         compiled(*inputs)
     used = [g for g in graphs if g["calls"]]
-    if len(used) != 1 or len(used[0]["codes"]) != 1:
+    if len(used) != 1:
         raise NoSeed(f"torch.compile runs the reference as {len(used)} graphs "
                      f"({len(graphs)} compiled): a seed needs exactly one")
+    if len(used[0]["codes"]) != 1:
+        raise NoSeed(f"inductor wrote {len(used[0]['codes'])} output modules for the reference's one graph: "
+                     "a seed needs exactly one")
     code = used[0]["codes"][0]
     return code, used[0]["inputs"], _configs(modules, code)

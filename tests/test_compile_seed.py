@@ -284,3 +284,20 @@ def test_only_a_graph_without_products_compiles_as_host_work_beside_a_timing():
     torch.compile(Model(), backend=lambda gm, _: graphs.append(gm) or gm.forward)(torch.randn(4, 4), torch.randn(4, 4))
     flags = [(str(node.target), _benchmarked(node)) for node in graphs[0].graph.nodes if node.op.startswith("call")]
     assert [benchmarked for _, benchmarked in flags] == [True, True, False, True, False, False, False], flags
+
+
+def test_the_modules_max_autotune_compiles_to_benchmark_a_subgraph_choice_are_not_the_graphs():
+    """A GEMM's subgraph choices (decompose-K, a contiguous copy first) are lowered into modules of
+    their own, named ``benchmark_<choice>``, while the graph compiles: their code is not the seed's
+    (KernelBench level1/4 and level1/6 failed as "1 graphs" before)."""
+    from types import SimpleNamespace
+
+    from torch._inductor.virtualized import V
+
+    from evaluator.seed_capture import _benchmark_graph
+
+    assert not _benchmark_graph()  # no graph being lowered
+    with V.set_graph_handler(SimpleNamespace(name="benchmark_decompose_k_mm_32_split")):
+        assert _benchmark_graph()
+    with V.set_graph_handler(SimpleNamespace(name=None)):
+        assert not _benchmark_graph()
