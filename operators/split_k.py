@@ -138,12 +138,40 @@ class SplitK(Operator):
             return Proposal(self.name, None, f"no GEMM template with at most {self.max_tiles} tiles and "
                                              f"{self.min_k_steps} or more steps along K")
         template, tiles, steps = found[int(rng.integers(len(found)))]
-        split = 2
-        while split * tiles < _PROGRAMS and split * 2 <= steps // 4:
-            split *= 2
+        split = first_split(tiles, steps)
         child = split_source(source, template, split)
         return Proposal(self.name, child, f"{template.kernel.name}: K in {split} parts "
                                           f"({tiles} tiles, {steps} steps of BLOCK_K)")
+
+
+def first_split(tiles: int, steps: int) -> int:
+    """SPLIT_K to start from: doubled from 2 while the programs fill fewer than ``_PROGRAMS`` and
+    each part keeps at least 4 steps of BLOCK_K."""
+    split = 2
+    while split * tiles < _PROGRAMS and split * 2 <= steps // 4:
+        split *= 2
+    return split
+
+
+# A seed starts split only where its tiles leave most of a GPU idle (at most half an H100's 132
+# SMs) and K is long: KernelBench's long-K products (4 Matrix_vector, 6 Matmul_with_large_K) and
+# none of its GEMMs with 256 or more tiles, where a split costs a second launch for little.
+SEED_MAX_TILES, SEED_MIN_K_STEPS = 66, 32
+
+
+def split_seed(source: str) -> str | None:
+    """``source`` with every GEMM template of few tiles and a long K split (at :func:`first_split`),
+    or None where none is so: the first kernel a run seeds such a task with
+    (``evo.loop.startup.starting_kernels``)."""
+    operator, split, done = SplitK(max_tiles=SEED_MAX_TILES, min_k_steps=SEED_MIN_K_STEPS), source, set()
+    while found := [c for c in operator.candidates(split) if c[0].kernel.name not in done]:
+        template, tiles, steps = found[0]
+        split = split_source(split, template, first_split(tiles, steps))
+        done.add(template.kernel.name)
+    if not done:
+        return None
+    return ("# The seed with its GEMM templates of few tiles and a long K split across programs\n"
+            "# (operators.split_k.split_seed); the run seeds it unsplit beside it.\n") + split
 
 
 def split_source(source: str, t: _Template, split: int) -> str:

@@ -104,3 +104,32 @@ def test_split_children_compile_and_are_correct_on_a_gpu(tmp_path):
     b = torch.randn(1024, 32, dtype=torch.float16, device="cuda")
     out = module.ModelNew().cuda()(a, b)
     torch.testing.assert_close(out, a @ b, atol=1e-2, rtol=1e-2)
+
+
+def test_a_run_starts_a_gemm_of_few_tiles_and_a_long_k_split_before_its_other_seeds():
+    """KernelBench's long-K products (level1/6: 64 tiles, 4096 steps of BLOCK_K) ran their seed at 7.5x
+    torch.compile's time on an H200 (cuBLAS splits K); their first seed is now split."""
+    from evo.core.dot_precision import seed_kernels
+    from evo.loop.startup import starting_kernels
+
+    seed = _seed()  # one tile, 32 steps of BLOCK_K
+    split, *rest = starting_kernels(seed, "strict")
+    assert tuple(rest) == seed_kernels(seed, "strict")  # the twin on tensor cores, then the seed itself
+    assert split.startswith("# The seed with its GEMM templates of few tiles and a long K split")
+    assert "K0_SPLIT_K = 8" in split and "_split_k[(grid[0], _split, 1)]" in split
+    assert 'input_precision="tf32x3"' in split  # split from the twin, the run's first kernel
+    # many tiles, or a short K: the seeds as they were
+    assert starting_kernels(_seed(m=4096, n=4096), "strict") == seed_kernels(_seed(m=4096, n=4096), "strict")
+    assert starting_kernels(_seed(k=512), "kernelbench") == seed_kernels(_seed(k=512), "kernelbench")
+
+
+@pytest.mark.slow
+def test_the_split_seed_is_correct():
+    from evo.loop.startup import starting_kernels
+
+    evaluator = Evaluator(EvaluatorSettings(device="cpu", timeout_s=120), "cpu")
+    try:
+        result = evaluator.evaluate("mm", TASK, starting_kernels(_seed(), "kernelbench")[0])
+        assert result.status is Status.CORRECT, (result.reason, result.error)
+    finally:
+        evaluator.close()

@@ -21,6 +21,7 @@ from evaluator import DerivedSeed, Preparation, PreparedTask, TaskCheck
 from evo.core.dot_precision import seed_kernels
 from evo.core.task import Task
 from evo.loop.seed_store import StoredSeed
+from operators.split_k import split_seed
 
 if TYPE_CHECKING:
     from islands.backend import Backend
@@ -165,6 +166,16 @@ def _tried(compile_seeds: bool, on_gpu: bool) -> str:
     return "torch.compile was not asked: run.compile_seeds=false" if not compile_seeds else ""
 
 
+def starting_kernels(seed: str, tolerance: str) -> tuple[str, ...]:
+    """The kernels a run starts a task from, given the seed derived from torch.compile: its twin
+    on tensor cores first where it has one (``seed_kernels``), and before that, where its GEMM
+    templates have few tiles and a long K, the first one split along K (``split_seed``: inductor's
+    template walks all of K in one program per tile, cuBLAS splits it)."""
+    kernels = seed_kernels(seed, tolerance)
+    split = split_seed(kernels[0])
+    return kernels if split is None else (split, *kernels)
+
+
 def _decide(task: Task, check: TaskCheck, seed: DerivedSeed | None, *, has_programs: bool, llm: bool,
             tried: str, tolerance: str = "strict") -> Task | SetAside:
     if not check.ok:
@@ -174,7 +185,7 @@ def _decide(task: Task, check: TaskCheck, seed: DerivedSeed | None, *, has_progr
     if task.seeds or has_programs:
         return task
     if seed and seed.ok:
-        return dataclasses.replace(task, seeds=seed_kernels(seed.source, tolerance))
+        return dataclasses.replace(task, seeds=starting_kernels(seed.source, tolerance))
     if llm:
         return task
     why = f"torch.compile gave none: {seed.error}" if seed else tried
