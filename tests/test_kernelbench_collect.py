@@ -1,23 +1,18 @@
 """``experiments/kernelbench_search.py collect`` on archives the engine writes: the best kernel of
 each task, and a record merged from two runs, a later run's tasks replacing the earlier's."""
-import importlib.util
 import json
-import sys
 from argparse import Namespace
 from pathlib import Path
 
 from archive import Archive
 from evaluator import EvalResult, Status
+from tests.support.modules import load_module
 
 _PATH = Path(__file__).parents[1] / "experiments" / "kernelbench_search.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("kernelbench_search_under_test", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module(_PATH, "kernelbench_search_under_test", compiled=False, register=True)
 
 
 def _run(folder: Path, results: dict[str, list[float]]) -> Path:

@@ -3,15 +3,19 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 
-def load_module(path: Path, name: str | None = None, *, compiled: bool = True):
+def load_module(path: Path, name: str | None = None, *, compiled: bool = True, register: bool = False):
     """The module in ``path`` (Triton reads a kernel's source from its file).  ``compiled``: its
     kernels are made for the GPU, the suite's ``TRITON_INTERPRET`` lifted while the module runs
-    (Triton reads it when a kernel is decorated); else they run as the suite runs them."""
+    (Triton reads it when a kernel is decorated); else they run as the suite runs them.
+    ``register``: in ``sys.modules`` under its name (a script's dataclasses look themselves up)."""
     spec = importlib.util.spec_from_file_location(name or Path(path).stem, path)
     module = importlib.util.module_from_spec(spec)
+    if register:
+        sys.modules[spec.name] = module
     saved = os.environ.pop("TRITON_INTERPRET", None) if compiled else None
     try:
         spec.loader.exec_module(module)
