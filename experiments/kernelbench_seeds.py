@@ -4,8 +4,8 @@
         [--workers 16] [--check-workers 4] [--derive-only] [--seeds-from A.json B.json] [--only REGEX]
 
 1. Derive: ``--workers`` sandbox workers check the references and derive the seeds side by
-   side on the GPU (``Evaluator.prepare``, as ``evo run`` starts), ``2 * workers`` problems per
-   batch so that results are written as they come.  ``--seeds-from`` takes the seeds of earlier runs' JSON instead (a later file's
+   side on the GPU (``Evaluator.prepare_stream``, as ``evo run`` starts), each result written as
+   it comes (``derive.seconds``: from the derivation's start until then).  ``--seeds-from`` takes the seeds of earlier runs' JSON instead (a later file's
    derivation of a problem replaces an earlier one's), with their checks and evaluations:
    what was checked or timed already is not done again.
 2. Check (``--check-workers K`` > 0): every seed is checked for correctness by K evaluators
@@ -286,7 +286,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
                      f"{_ratio(statistics.median(versus)) if versus else '-'} |")
     for level in levels:
         lines += ["", f"## {level}", "", "| problem | seed | speedup | vs compile | peak MB seed / ref | "
-                  "derive s (its batch) | eval s | reason |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+                  "derived at s | eval s | reason |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
         for r in (r for r in rows if r["level"] == level):
             status, reason = outcome(r)
             ev = r.get("eval") or {}
@@ -353,13 +353,13 @@ def main() -> None:
                                  timing=TimingSettings(warmup=2, warmup_s=0.1, reps=args.reps, budget_s=args.budget_s),
                                  pipeline=args.time_workers, tolerance=args.tolerance)
 
-    def record(name: str, outcome, batch_s: float) -> None:  # outcome: a PreparedTask
+    def record(name: str, outcome, seconds: float) -> None:  # outcome: a PreparedTask
         check, reply = outcome.check, outcome.seed or DerivedSeed(ok=False)
         if args.captures:
             keep_capture(out / "captures", name, reply)
         error = reply.error or ("" if check.ok else f"the reference failed: {check.error}")
         results.update(name, seed=reply.source, derive={
-            "ok": reply.ok, "error": str(error)[:400], "seconds": round(batch_s, 1),
+            "ok": reply.ok, "error": str(error)[:400], "seconds": round(seconds, 1),
             "traceback": (reply.traceback or check.traceback or "")[-2000:]})
         print(f"derive {name}: {'ok' if reply.ok else str(error)[:120]}", flush=True)
 
@@ -375,12 +375,12 @@ def main() -> None:
     else:
         evaluator = Evaluator(EvaluatorSettings(device="cuda", timeout_s=args.timeout, cache_dir=cache), "cuda", 0)
         try:
-            for start in range(0, len(rows), 2 * args.workers):  # a batch at a time: results written as they come
-                batch = rows[start:start + 2 * args.workers]
-                began_batch = time.monotonic()
-                outcomes = evaluator.prepare([Preparation(r["name"], r["source"], True) for r in batch], args.workers)
-                for row in batch:
-                    record(row["name"], outcomes[row["name"]], time.monotonic() - began_batch)
+            # every worker busy until the last problem (batches waited for their slowest: a GEMM's
+            # max-autotune holds the GPU alone), each outcome written as it comes
+            began_deriving = time.monotonic()
+            for name, prepared in evaluator.prepare_stream([Preparation(r["name"], r["source"], True) for r in rows],
+                                                           args.workers):
+                record(name, prepared, time.monotonic() - began_deriving)
         finally:
             evaluator.close()
         meta["derive_s"] = round(time.monotonic() - began, 1)
