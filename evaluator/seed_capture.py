@@ -21,6 +21,8 @@ from inductor's own tuning.  Inductor is steered away from what a seed cannot us
   still lowered to Triton instead of falling back to aten;
 - average pooling over large windows with a stride other than the window (where inductor
   falls back to aten) becomes a sum of strided slices, which inductor fuses into one kernel;
+- a matrix-vector product (a product with one row or one column out) becomes a product and a
+  sum, which inductor writes as a reduction rather than a GEMM template;
 - attention runs as its math (matrix products and a softmax), never as a fused
   flash/efficient-attention library kernel, and inductor's pattern matcher does not fold
   that math back into one.
@@ -119,13 +121,40 @@ def _avg_pool_by_slices(x, kernel_size, stride=(), padding=0, ceil_mode=False, c
     return total / (divisor_override or window)
 
 
+def _vector_product_as_reduction(a, b):
+    """``aten.mm`` with one row or one column out (a matrix-vector product) as a product and a sum:
+    inductor's reduction reads the matrix once, each lane summing a stretch of K and the lanes summed
+    as a tree, where its GEMM template pads the vector to a 16-wide tile and sums all of K in one
+    running fp32 sum a row (KernelBench's level1/4, K = 2**20: 2e-4 off cuBLAS, twice the strict
+    tolerance).  Products and sums in fp32 at least, as a GEMM accumulates.  Inductor decomposes
+    so itself, but only with coordinate-descent tuning on."""
+    import torch
+
+    m, n = a.shape[0], b.shape[1]
+    if not all(isinstance(v, int) for v in (m, n)) or 1 not in (m, n):
+        return NotImplemented
+    wide = a.dtype if a.dtype == b.dtype and a.dtype in (torch.float32, torch.float64) else torch.float32
+    if n == 1:  # (M, K) @ (K, 1)
+        out = (a.to(wide) * b.to(wide).reshape(1, -1)).sum(dim=1, keepdim=True)
+    else:  # (1, K) @ (K, N)
+        out = (a.to(wide).reshape(-1, 1) * b.to(wide)).sum(dim=0, keepdim=True)
+    return out.to(a.dtype)
+
+
 def _decompositions() -> dict:
     import torch
     from torch._inductor.decomposition import select_decomp_table
 
     aten = torch.ops.aten
-    return {**select_decomp_table(), aten.avg_pool2d.default: _avg_pool_by_slices,
-            aten.avg_pool3d.default: _avg_pool_by_slices}
+    table = select_decomp_table()
+    inductors_mm = table.get(aten.mm.default)
+
+    def mm(a, b, *args, **kwargs):
+        out = _vector_product_as_reduction(a, b) if not args and not kwargs else NotImplemented
+        return inductors_mm(a, b, *args, **kwargs) if out is NotImplemented and inductors_mm else out
+
+    return {**table, aten.avg_pool2d.default: _avg_pool_by_slices, aten.avg_pool3d.default: _avg_pool_by_slices,
+            aten.mm.default: mm}
 
 
 def _silent(*args, **kwargs) -> None:

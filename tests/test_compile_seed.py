@@ -301,3 +301,29 @@ def test_the_modules_max_autotune_compiles_to_benchmark_a_subgraph_choice_are_no
         assert _benchmark_graph()
     with V.set_graph_handler(SimpleNamespace(name=None)):
         assert not _benchmark_graph()
+
+
+def test_a_matrix_vector_product_is_captured_as_a_reduction_not_a_gemm_template():
+    """Inductor's GEMM template sums all of K in one running fp32 sum a row: KernelBench's
+    level1/4 (K = 2**20) came out 2e-4 off cuBLAS.  A product with one column or one row out is
+    traced as a product and a sum, which inductor writes as a reduction."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from evaluator.seed_capture import _decompositions
+
+    table = _decompositions()
+    mm = table[torch.ops.aten.mm.default]
+    a, column, row, b = torch.randn(6, 300), torch.randn(300, 1), torch.randn(1, 300), torch.randn(300, 5)
+    torch.testing.assert_close(mm(a, column), a @ column)
+    torch.testing.assert_close(mm(row, b), row @ b)
+    half = mm(a.half(), column.half())
+    assert half.dtype == torch.float16 and half.shape == (6, 1)
+    torch.testing.assert_close(half.float(), a.half().float() @ column.half().float(), atol=0.05, rtol=1e-3)
+
+    def ops(fn, *inputs):
+        graph = make_fx(fn, decomposition_table=table)(*inputs)
+        return {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
+
+    assert "aten.mm.default" not in ops(torch.matmul, a, column) and "aten.sum.dim_IntList" in ops(torch.matmul, a, column)
+    assert "aten.mm.default" in ops(torch.matmul, a, b)  # a GEMM stays one (inductor's template, max-autotuned)
