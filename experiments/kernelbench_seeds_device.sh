@@ -2,12 +2,14 @@
 # Deliverable 1 of issue 33 over whole KernelBench levels: kernelbench_seeds.py on every GPU of the
 # machine at once, the problems (those matching ONLY) dealt out in turn.  One device-tool call
 # (carry .whl, the folders and FROM's files).  Each GPU first times the seeds that FROM's records
-# (kernelbench_seeds.json of earlier calls) derived but did not time, into $OUT/gpu<i>/timed/, then
+# (kernelbench_seeds.json of earlier calls) derived but did not time with every kernel a run starts
+# from (kernelbench_seeds.timed_already), into $OUT/gpu<i>/timed/, then
 # derives and times the problems no record derived, into $OUT/gpu<i>/derived/.  The device tool
 # hands back a few files only: everything comes back as $OUT/seeds.tar.gz, packed every minute (a
 # call killed at its limit keeps the last one) and at the end.  No captures.
 #   OUT=$OUT FOLDERS=".kbsrc/all/level1 .kbsrc/all/level2" ONLY='^level1/' FROM="a.json b.json" \
 #       DEADLINE_S=520 bash experiments/kernelbench_seeds_device.sh
+# REDERIVE: a regex of problems derived again though a record holds their seed (a capture changed).
 # DEADLINE_S: seconds from the start after which no timing starts (derivation has no deadline:
 # about 10 s of one GPU a problem, with 14 workers).
 set -u
@@ -19,20 +21,24 @@ nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/gpus.txt"
 GPUS=$(nvidia-smi -L | wc -l)
 WORKERS=${WORKERS:-$(($(nproc) / GPUS - 2))}
 # Per GPU: a regex of the seeds to time, and one of the problems to derive ("^$" where none).
-python3 - "$GPUS" "${ONLY:-.}" "$OUT/shares.json" $FOLDERS -- ${FROM:-} <<'EOF'
+python3 - "$GPUS" "${ONLY:-.}" "${REDERIVE:-^$}" "$OUT/shares.json" $FOLDERS -- ${FROM:-} <<'EOF'
 import json, re, sys
 from pathlib import Path
-gpus, only, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+sys.path.insert(0, "experiments")
+from kernelbench_seeds import timed_already
+gpus, only, rederive, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 split = sys.argv.index("--")
-folders, records = sys.argv[4:split], sys.argv[split + 1:]
+folders, records = sys.argv[5:split], sys.argv[split + 1:]
 names = sorted(f"{Path(f).name}/{p.stem}" for f in folders for p in Path(f).glob("*.py"))
 names = [n for n in names if re.search(only, n)]
 derived, timed = set(), set()
 for path in records:
     for row in json.loads(Path(path).read_text())["problems"]:
-        if (row.get("derive") or {}).get("seconds") is not None and row.get("seed"):
+        if (row.get("derive") or {}).get("seconds") is not None and row.get("seed") \
+                and not re.search(rederive, row["name"]):
             derived.add(row["name"])
-            if (row.get("eval") or {}).get("status", "not timed") != "not timed":
+            # timed with every kernel a run starts the task from (not so: a record from before the twins were timed)
+            if timed_already(row, "strict"):
                 timed.add(row["name"])
 pick = lambda group, i: "^(" + "|".join(re.escape(n) for n in group[i::gpus]) + ")$" if group[i::gpus] else "^$"
 to_time = [n for n in names if n in derived and n not in timed]
