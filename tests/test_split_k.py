@@ -123,6 +123,18 @@ def test_a_run_starts_a_gemm_of_few_tiles_and_a_long_k_split_before_its_other_se
     assert starting_kernels(_seed(k=512), "kernelbench") == seed_kernels(_seed(k=512), "kernelbench")
 
 
+
+def test_a_split_rewrite_that_raises_leaves_the_seeds_as_they_were(monkeypatch):
+    import evo.loop.startup as startup
+    from evo.core.dot_precision import seed_kernels
+
+    def broken(source):
+        raise IndexError("a template the rewrite did not foresee")
+
+    monkeypatch.setattr(startup, "split_seed", broken)
+    assert startup.starting_kernels(_seed(), "strict") == seed_kernels(_seed(), "strict")
+
+
 @pytest.mark.slow
 def test_the_split_seed_is_correct():
     from evo.loop.startup import starting_kernels
