@@ -43,6 +43,7 @@ from pathlib import Path
 
 from evaluator import DerivedSeed, Evaluator, EvaluatorSettings, Preparation
 from evaluator.evaluator import TimingSettings
+from evo.loop.startup import starting_kernels
 
 @dataclass(frozen=True)
 class Job:
@@ -180,21 +181,13 @@ def check_all(rows: list[dict], settings: EvaluatorSettings, workers: int, budge
         work(MemoryAdmission(again, 0.0), True)
 
 
-def engine_seeds(seed: str, tolerance: str) -> tuple[str, ...]:
-    """The kernels ``evo run`` starts a task from, given its derived seed: with a twin first where
-    the seed holds GEMM templates or taps-loop convolutions, a split-K one before it where its
-    templates have few tiles and a long K (``evo.loop.startup.starting_kernels``)."""
-    from evo.loop.startup import starting_kernels
-
-    return starting_kernels(seed, tolerance)
-
-
 def timed_already(row: dict, tolerance: str) -> bool:
-    """Whether an earlier run (--seeds-from) timed every kernel the engine seeds this task with."""
+    """Whether an earlier run (--seeds-from) timed every kernel ``evo run`` starts this task from
+    (``starting_kernels``: a twin, a split-K one, the derived seed)."""
     record = row.get("eval") or {}
     if record.get("status", "not timed") == "not timed":
         return False
-    return record.get("kernels", 1) >= len(engine_seeds(row["seed"], tolerance))
+    return record.get("kernels", 1) >= len(starting_kernels(row["seed"], tolerance))
 
 
 def best_of(records: list[dict]) -> dict:
@@ -209,7 +202,7 @@ def best_of(records: list[dict]) -> dict:
 
 def time_all(rows: list[dict], settings: EvaluatorSettings, deadline: float, results: Results,
              budget_gb: float = float("inf")) -> None:
-    """Time every checked seed, as ``evo run`` seeds it (each of :func:`engine_seeds`; the record
+    """Time every checked seed, as ``evo run`` seeds it (each of ``starting_kernels``; the record
     keeps the fastest correct one, ``eval``, and each one's, ``eval.per_kernel``); with
     ``settings.pipeline`` > 1 that many evaluations are in flight, as the footprints fit
     ``budget_gb``, each timed alone on the GPU (the evaluator's gate)."""
@@ -231,7 +224,7 @@ def time_all(rows: list[dict], settings: EvaluatorSettings, deadline: float, res
                     results.update(job.name, eval={"status": "not timed", "reason": "deadline"})
                     continue
                 records = [_eval_record(evaluator.evaluate(job.name, job.source, kernel))
-                           for kernel in engine_seeds(seeds[job.name], settings.tolerance)]
+                           for kernel in starting_kernels(seeds[job.name], settings.tolerance)]
             finally:
                 admission.done(job)
             best = best_of(records)
