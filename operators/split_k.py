@@ -32,12 +32,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from evo.core.kernel_facts import grid_launches, top_level_kernels
-from evo.core.kernel_source import find_tunables, parse
+from evo.core.kernel_source import find_tunables, parse, with_values
 from operators.base import Context, Operator, Proposal
 
 _LOOP = "range(0, tl.cdiv(K, BLOCK_K))"
 _WORKSPACE_FLOATS = 1 << 28  # 1 GiB of fp32 partials at most
-_PROGRAMS = 264  # a first SPLIT_K that fills about two waves of an H100's 132 SMs
+# A first SPLIT_K gives at most two programs per SM of an H100 (132): one wave where two fit.  On
+# an H200, level1/6 split at a 64 x 64 tile ran 1.45x cuBLAS's time in 256 or 1,024 programs,
+# 1.67x in 512 (1.3 waves: the last SMs idle; experiments/split_k.md).
+_PROGRAMS = 264
 
 
 @dataclass
@@ -145,10 +148,10 @@ class SplitK(Operator):
 
 
 def first_split(tiles: int, steps: int) -> int:
-    """SPLIT_K to start from: doubled from 2 while the programs fill fewer than ``_PROGRAMS`` and
-    each part keeps at least 4 steps of BLOCK_K."""
+    """SPLIT_K to start from: doubled from 2 while the programs stay within ``_PROGRAMS`` and each
+    part keeps at least 4 steps of BLOCK_K."""
     split = 2
-    while split * tiles < _PROGRAMS and split * 2 <= steps // 4:
+    while split * 2 * tiles <= _PROGRAMS and split * 2 <= steps // 4:
         split *= 2
     return split
 
@@ -157,14 +160,31 @@ def first_split(tiles: int, steps: int) -> int:
 # SMs) and K is long: KernelBench's long-K products (4 Matrix_vector, 6 Matmul_with_large_K) and
 # none of its GEMMs with 256 or more tiles, where a split costs a second launch for little.
 SEED_MAX_TILES, SEED_MIN_K_STEPS = 66, 32
+# Split, the programs come from K, so the tile is set for each program's throughput, not for their
+# number: inductor's 32 x 32 (tuned unsplit, for 64 programs) ran level1/6 split at 3.4x cuBLAS's
+# time on an H200, a 64 x 64 tile split 16 ways at 1.33x on an H100 (experiments/split_k.md).
+SEED_SPLIT_TILE = 64
 
 
-def split_seed(source: str) -> str | None:
+def _widened(source: str, template: _Template, tile: int) -> str:
+    """``source`` with the template's BLOCK_M and BLOCK_N raised to ``tile`` where its extent
+    allows (a power of two: the seed stays correct at any)."""
+    tunables = {t.name: t for t in find_tunables(source)}
+    changes = {t: tile for d in "MN" if (t := tunables.get(f"{template.prefix}BLOCK_{d}")) is not None
+               and t.value < tile <= template.extents[d]}
+    return with_values(source, changes) if changes else source
+
+
+def split_seed(source: str, tile: int = SEED_SPLIT_TILE) -> str | None:
     """``source`` with every GEMM template of few tiles and a long K split (at :func:`first_split`),
-    or None where none is so: the first kernel a run seeds such a task with
-    (``evo.loop.startup.starting_kernels``)."""
+    its tile at least ``tile`` square where the output allows, or None where none is so: the first
+    kernel a run seeds such a task with (``evo.loop.startup.starting_kernels``)."""
     operator, split, done = SplitK(max_tiles=SEED_MAX_TILES, min_k_steps=SEED_MIN_K_STEPS), source, set()
     while found := [c for c in operator.candidates(split) if c[0].kernel.name not in done]:
+        widened = _widened(split, found[0][0], tile)
+        if widened != split:  # its tiles and steps counted again at the new tile
+            split = widened
+            continue
         template, tiles, steps = found[0]
         split = split_source(split, template, first_split(tiles, steps))
         done.add(template.kernel.name)

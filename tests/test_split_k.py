@@ -108,16 +108,18 @@ def test_split_children_compile_and_are_correct_on_a_gpu(tmp_path):
 
 def test_a_run_starts_a_gemm_of_few_tiles_and_a_long_k_split_before_its_other_seeds():
     """KernelBench's long-K products (level1/6: 64 tiles, 4096 steps of BLOCK_K) ran their seed at 7.5x
-    torch.compile's time on an H200 (cuBLAS splits K); their first seed is now split."""
+    torch.compile's time on an H200 (cuBLAS splits K); their first seeds are now split."""
     from evo.core.dot_precision import seed_kernels
     from evo.loop.startup import starting_kernels
 
     seed = _seed()  # one tile, 32 steps of BLOCK_K
-    split, *rest = starting_kernels(seed, "strict")
+    split, split_exact, *rest = starting_kernels(seed, "strict")
     assert tuple(rest) == seed_kernels(seed, "strict")  # the twin on tensor cores, then the seed itself
-    assert split.startswith("# The seed with its GEMM templates of few tiles and a long K split")
-    assert "K0_SPLIT_K = 8" in split and "_split_k[(grid[0], _split, 1)]" in split
+    for kernel in (split, split_exact):
+        assert kernel.startswith("# The seed with its GEMM templates of few tiles and a long K split")
+        assert "K0_SPLIT_K = 8" in kernel and "_split_k[(grid[0], _split, 1)]" in kernel
     assert 'input_precision="tf32x3"' in split  # split from the twin, the run's first kernel
+    assert 'input_precision="tf32x3"' not in split_exact  # and from the seed (on level1/6 the faster)
     # many tiles, or a short K: the seeds as they were
     assert starting_kernels(_seed(m=4096, n=4096), "strict") == seed_kernels(_seed(m=4096, n=4096), "strict")
     assert starting_kernels(_seed(k=512), "kernelbench") == seed_kernels(_seed(k=512), "kernelbench")
@@ -145,3 +147,17 @@ def test_the_split_seed_is_correct():
         assert result.status is Status.CORRECT, (result.reason, result.error)
     finally:
         evaluator.close()
+
+
+def test_the_split_seed_widens_a_small_tile_where_the_output_allows():
+    """Split, the programs come from K: inductor's 32 x 32 tile (tuned unsplit) ran level1/6 split at
+    3.4x cuBLAS's time on an H200; the split seed's tile is at least 64 square where M and N allow."""
+    from operators.split_k import split_seed
+
+    seed = _seed(m=128, n=128)  # a 64 x 32 tile: 8 tiles, 32 steps of BLOCK_K
+    split = split_seed(seed)
+    assert "K0_BLOCK_M = 64" in split and "K0_BLOCK_N = 64" in split  # 4 tiles
+    assert "K0_SPLIT_K = 8" in split  # first_split(4 tiles, 32 steps): 8 parts of 4 steps
+    assert "K0_BLOCK_N = 32" in seed
+    assert "K0_BLOCK_N = 32" in split_seed(_seed(m=128, n=32))  # N = 32: the tile stays
+    assert "K0_BLOCK_N = 128" in split_seed(_seed(m=128, n=128), tile=128)
