@@ -322,6 +322,10 @@ def _reference_alone(problem, reference, shapes, seed: int, device: str):
     return peak, recorder.operators()
 
 
+def _range_only(names: list[str]) -> str:
+    return f" ({', '.join(names)}: the range only, the reference itself ill-conditioned there)" if names else ""
+
+
 def _checked_and_timed(request: dict, device: str, problem, reference, invoker, watch, shapes, phases, began,
                        reference_bytes, stage: Stage) -> EvalResult:
     phases["load_s"] = time.monotonic() - began
@@ -371,13 +375,16 @@ def _checked_and_timed(request: dict, device: str, problem, reference, invoker, 
     profile = measured.pop("kernel_profile", None)
     if profile is not None:  # on a GPU: each kernel's compiled facts and occupancy beside its device time
         extra["kernel_profile"] = kernel_profile.with_compiled(profile, kernels, kernel_profile.sm_limits(device))
+    if verifier.range_only:
+        extra["range_only"] = verifier.range_only
     for key in ("compile_baseline_error", "shape_timings", "timed_checks", "timing_round", "timed_reps", "timed_batches"):
         value = measured.pop(key, None)
         if value is not None:
             extra[key] = value
     return EvalResult(
         status=Status.CORRECT,
-        reason=f"passed {checks} checks: smoke, adversarial values, {len(shapes)} shapes x "
+        reason=f"passed {checks} checks: smoke, adversarial values{_range_only(verifier.range_only)}, "
+               f"{len(shapes)} shapes x "
                f"{len(request['seeds'])} seeds, each called twice around the reference"
                + (", and the timed calls" if "timed_checks" in extra else ""),
         timing_representative=device.startswith("cuda"),
