@@ -82,7 +82,7 @@ def summary(rows: dict[str, dict]) -> list[str]:
 
 
 def markdown(rows: dict[str, dict], title: str, sources: list[str]) -> str:
-    lines = [f"# {title}", "", "Records merged: " + ", ".join(f"`{Path(s).name}`" for s in sources), "",
+    lines = [f"# {title}", "", "Records merged, in order: " + ", ".join(f"`{s}`" for s in sources), "",
              "Seed time over torch.compile's: of the fastest correct kernel of those a run starts the task "
              "from (split-K, split-precision twin, exact seed; `kernel` says which, in that order).", ""]
     devices = sorted({(r.get("eval") or {}).get("device") for r in rows.values()} - {None})
