@@ -201,17 +201,20 @@ def best_of(records: list[dict]) -> dict:
 
 
 def time_all(rows: list[dict], settings: EvaluatorSettings, deadline: float, results: Results,
-             budget_gb: float = float("inf")) -> None:
+             budget_gb: float = float("inf"), again: str = "^$") -> None:
     """Time every checked seed, as ``evo run`` seeds it (each of ``starting_kernels``; the record
     keeps the fastest correct one, ``eval``, and each one's, ``eval.per_kernel``); with
     ``settings.pipeline`` > 1 that many evaluations are in flight, as the footprints fit
-    ``budget_gb``, each timed alone on the GPU (the evaluator's gate)."""
+    ``budget_gb``, each timed alone on the GPU (the evaluator's gate); a record timed already is
+    timed again where its name matches ``again``."""
     evaluator = Evaluator(settings, "cuda", 0)
     jobs = []
     for row in rows:
-        if not row.get("seed") or row.get("check", {}).get("status", "correct") != "correct":
+        if re.search(again, row["name"]):
+            row.pop("check", None)
+        elif timed_already(row, settings.tolerance):
             continue
-        if timed_already(row, settings.tolerance):
+        if not row.get("seed") or row.get("check", {}).get("status", "correct") != "correct":
             continue
         jobs.append(Job(row["name"], row["source"], row["footprint_gb"]))
     seeds = {r["name"]: r.get("seed") for r in rows}
@@ -319,6 +322,7 @@ def main() -> None:
     parser.add_argument("--derive-only", action="store_true")
     parser.add_argument("--seeds-from", nargs="+", help="JSON of earlier runs: their seeds, not derived again")
     parser.add_argument("--only", help="a regular expression on level/problem names")
+    parser.add_argument("--again", default="^$", help="a regular expression: these timed again, records or not")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--budget-s", type=float, default=0.5)
     parser.add_argument("--time-workers", type=int, default=1,
@@ -385,7 +389,8 @@ def main() -> None:
                                       timing=TimingSettings(warmup=0, reps=1, budget_s=0.0))
             check_all(list(results.rows.values()), quick, args.check_workers, args.budget_gb, results)
             meta["check_s"] = round(time.monotonic() - began, 1)
-        time_all(list(results.rows.values()), settings, began + args.deadline, results, args.budget_gb)
+        time_all(list(results.rows.values()), settings, began + args.deadline, results, args.budget_gb,
+                 args.again)
     meta["total_s"] = round(time.monotonic() - began, 1)
     results.save()
     (out / "kernelbench_seeds.md").write_text(markdown(list(results.rows.values()), meta))

@@ -61,6 +61,22 @@ def test_a_gemm_seed_is_timed_with_its_twin_and_the_faster_one_is_the_record(tmp
     assert saved["level2/3_Gemm"]["kernels"] == 2 and saved["level2/4_Gemm"] == rows[3]["eval"]
 
 
+def test_problems_named_again_are_timed_again_whatever_their_record(tmp_path, monkeypatch):
+    """``--again``: a seed whose starting kernels or whose checks changed since its record."""
+    module = _module()
+    monkeypatch.setattr(module, "Evaluator", _Evaluator)
+    _Evaluator.evaluated = []
+    timed = {"status": "incorrect", "runtime_ms": None, "kernels": 2}
+    rows = [{"name": f"level1/{i}_Gemm", "level": "level1", "source": "", "footprint_gb": 0.0, "seed": GEMM_SEED,
+             "eval": dict(timed)} for i in (6, 7)]
+    results = module.Results(tmp_path, rows, {})
+    module.time_all(list(results.rows.values()), EvaluatorSettings(device="cuda"), float("inf"), results,
+                    again="^level1/6_")
+    assert len(_Evaluator.evaluated) == 2  # level1/6's twin and seed; level1/7 left as it was
+    saved = {r["name"]: r["eval"] for r in json.loads((tmp_path / "kernelbench_seeds.json").read_text())["problems"]}
+    assert saved["level1/6_Gemm"]["status"] == "correct" and saved["level1/7_Gemm"] == timed
+
+
 def test_the_record_is_the_first_kernel_where_none_is_correct():
     module = _module()
     failed = [{"status": "incorrect", "runtime_ms": None, "reason": "max abs error 3"},
