@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from kernelbench_seeds import outcome  # noqa: E402
 
 TARGETS = {"triton": 1.1, "vendor": 1.5}  # seed time over torch.compile's, at most
-VENDOR_CALL = re.compile(r"nn\.(Conv|ConvTranspose)[123]d|nn\.Linear\b|F\.linear\b|torch\.(matmul|bmm|mm|einsum|"
-                         r"baddbmm|addmm|tensordot)\b|\s@\s|scaled_dot_product_attention|F\.conv")
+VENDOR_CALL = re.compile(r"nn\.(Conv|ConvTranspose)[123]d|nn\.Linear\b|torch\.(matmul|bmm|mm|einsum|"
+                         r"baddbmm|addmm|tensordot)\b|\s@\s|scaled_dot_product_attention|(F|functional)\.(conv|linear)")
 
 
 def problem_class(source: str) -> str:
