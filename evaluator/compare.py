@@ -67,6 +67,16 @@ def _chunks(*tensors: torch.Tensor):
         yield start, [f[start:start + CHUNK] for f in flats]
 
 
+def finite_abs_max(outputs) -> float:
+    """The largest finite magnitude among the floating tensors of ``outputs`` (0.0 where none)."""
+    largest = 0.0
+    for t in flatten(outputs):
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            for _, (chunk,) in _chunks(t):
+                largest = max(largest, float(torch.where(torch.isfinite(chunk), chunk.abs(), 0).max()))
+    return largest
+
+
 def _value_mismatch(e: torch.Tensor, a: torch.Tensor, atol, rtol, atol_scale: float = 1.0) -> str | None:
     if not e.is_floating_point():
         differ = sum(int((ec != ac).sum()) for _, (ec, ac) in _chunks(e, a))

@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 
 from evaluator.calls import Failure, call, call_candidate, clone, make_inputs, synchronize
-from evaluator.compare import CHUNK, digest, flatten, mismatch
+from evaluator.compare import CHUNK, digest, finite_abs_max, mismatch
 from evaluator.guards import CandidateMonitor, call_violation, extra_threads, install_launch_counter
 from evaluator.phases import Phases
 from evaluator.result import Status
@@ -57,27 +57,35 @@ def adversarial_variants(make: Inputs) -> list[tuple[str, Inputs, float]]:
     large, small = _SCALES.get(floats[0].dtype, _HALF_SCALES)
     del probe, floats
 
-    def each(transform):
-        def variant():
-            return [_in_place(t, transform) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-                    for t in make()]
-        return variant
-
     def mixed(t):
-        # Chunk by chunk from one seeded stream: the same values on every call, small temporaries.
-        generator = torch.Generator(device=t.device).manual_seed(1234)
-        flat = t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
-        for chunk in flat.split(CHUNK):
-            pick = torch.rand(chunk.shape, generator=generator, device=t.device) < 0.5
-            chunk.mul_(torch.where(pick, large, small).to(t.dtype))
-        return flat.view(t.shape)  # a non-contiguous input comes back contiguous (its copy)
+        return _times_noise(t, 1234, lambda u: torch.where(u < 0.5, large, small))
 
     return [
-        ("very large values", each(lambda t: t.mul_(large)), large),
-        ("very small values", each(lambda t: t.mul_(small)), 1.0),
-        ("mixed scales", each(mixed), large),
-        ("all-equal values", each(lambda t: t.fill_(0.75)), 1.0),
+        ("very large values", _each(make, lambda t: t.mul_(large)), large),
+        ("very small values", _each(make, lambda t: t.mul_(small)), 1.0),
+        ("mixed scales", _each(make, mixed), large),
+        ("all-equal values", _each(make, lambda t: t.fill_(0.75)), 1.0),
     ]
+
+
+def _each(make: Inputs, transform) -> Inputs:
+    """``make``'s inputs with ``transform`` applied in place to each floating tensor."""
+    def variant():
+        return [_in_place(t, transform) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                for t in make()]
+    return variant
+
+
+def _times_noise(t: torch.Tensor, seed: int, factor) -> torch.Tensor:
+    """``t`` multiplied in place by ``factor(u)``, ``u`` uniform float32 noise: chunk by chunk from one
+    seeded stream, so the same values on every call and small temporaries (a non-contiguous ``t``
+    comes back contiguous, its copy)."""
+    generator = torch.Generator(device=t.device).manual_seed(seed)
+    flat = t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
+    for chunk in flat.split(CHUNK):
+        noise = torch.rand(chunk.shape, generator=generator, device=t.device, dtype=torch.float32)
+        chunk.mul_(factor(noise).to(t.dtype))
+    return flat.view(t.shape)
 
 
 # How far the reference's inputs are moved to ask whether it is ill-conditioned: a few units in
@@ -87,27 +95,11 @@ _PERTURB_ULPS = 4
 
 def perturbed(make: Inputs) -> Inputs:
     """``make``'s inputs with each floating element moved by up to ``_PERTURB_ULPS`` units in the last
-    place, the same moves on every call (one seeded stream, chunk by chunk)."""
-    def variant():
-        def move(t):
-            generator = torch.Generator(device=t.device).manual_seed(4321)
-            flat = t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
-            eps = torch.finfo(t.dtype).eps * _PERTURB_ULPS
-            for chunk in flat.split(CHUNK):
-                noise = torch.rand(chunk.shape, generator=generator, device=t.device, dtype=torch.float32)
-                chunk.mul_((1.0 + eps * (2.0 * noise - 1.0)).to(t.dtype))
-            return flat.view(t.shape)
-        return [_in_place(t, move) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in make()]
-    return variant
-
-
-def _finite_abs_max(outputs) -> float:
-    largest = 0.0
-    for t in flatten(outputs):
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
-            for chunk in (t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)).split(CHUNK):
-                largest = max(largest, float(torch.where(torch.isfinite(chunk), chunk.abs(), 0).max()))
-    return largest
+    place, the same moves on every call."""
+    def move(t):
+        eps = torch.finfo(t.dtype).eps * _PERTURB_ULPS
+        return _times_noise(t, 4321, lambda u: 1.0 + eps * (2.0 * u - 1.0))
+    return _each(make, move)
 
 
 def _against(expected, output, atol, rtol, atol_scale: float, bound: float | None) -> str | None:
@@ -182,7 +174,7 @@ class Verifier:
         bound = None  # set where only the range is held
         problem = _against(expected, first, self.atol, self.rtol, atol_scale, bound)
         if problem and range_if_ill_conditioned and saved is None and self.reference_moves(make, expected, atol_scale):
-            bound = 2.0 * _finite_abs_max(expected)
+            bound = 2.0 * finite_abs_max(expected)
             problem = _against(expected, first, self.atol, self.rtol, atol_scale, bound)
             if not problem:
                 self.range_only.append(where.split(",")[0])
