@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernelbench_seeds import outcome  # noqa: E402
+from kernelbench_seeds_report import outcome  # noqa: E402
 
 TARGETS = {"triton": 1.1, "vendor": 1.5}  # seed time over torch.compile's, at most
 VENDOR_CALL = re.compile(r"nn\.(Conv|ConvTranspose)[123]d|nn\.Linear\b|torch\.(matmul|bmm|mm|einsum|"
