@@ -28,8 +28,9 @@ from operators.split_k import split_seed
 def variants(seed: str, tolerance: str, tiles: list[int], scales: list[float]) -> list[tuple[str, str]]:
     """(label, kernel) of every split variant, duplicates dropped."""
     found, seen = [], set()
-    for i, kernel in enumerate(seed_kernels(seed, tolerance)):
-        precision = "twin" if i + 1 < len(seed_kernels(seed, tolerance)) else "exact"
+    kernels = seed_kernels(seed, tolerance)
+    for i, kernel in enumerate(kernels):
+        precision = "twin" if i + 1 < len(kernels) else "exact"
         for tile in tiles:
             split = split_seed(kernel, tile)
             if split is None:
