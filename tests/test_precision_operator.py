@@ -56,6 +56,16 @@ class ModelNew(nn.Module):
 TEMPLATE_DOT = "acc += tl.dot(a, b, allow_tf32=ALLOW_TF32, out_dtype=ACC_TYPE)"
 
 
+@pytest.fixture
+def gpu_triton(monkeypatch):
+    """The split precisions as Triton 3.6 compiles them for an NVIDIA GPU (its interpreter has tf32x3 only)."""
+    from evo.core import dot_precision
+    from operators import precision
+
+    for module in (dot_precision, precision):
+        monkeypatch.setattr(module, "split_precisions", lambda: dot_precision.SPLIT_PRECISIONS)
+
+
 def _context(source: str) -> Context:
     parent = Program(id=1, task="mm", island=0, generation=0, operator="seed", source=source)
     return Context(task_name="mm", task_source=TASK, parent=parent)
@@ -71,17 +81,19 @@ def test_every_dot_with_a_precision_argument_moves_and_a_dot_without_one_stays()
     assert with_precision("x = allow_tf32=True", "tf32x3") is None  # not inside a dot
 
 
-def test_strict_offers_split_precision_only_and_kernelbench_offers_plain_tf32_too():
+def test_strict_offers_split_precision_only_and_kernelbench_offers_plain_tf32_too(gpu_triton):
     strict, loose = DotPrecision(tolerance="strict"), DotPrecision(tolerance="kernelbench")
-    seen = {loose.propose(_context(KERNEL), np.random.default_rng(seed)).note for seed in range(12)}
-    assert seen == {"dots ieee -> tf32x3", "dots ieee -> tf32"}
-    for seed in range(6):
-        proposal = strict.propose(_context(KERNEL), np.random.default_rng(seed))
-        assert 'input_precision="tf32x3"' in proposal.source and 'input_precision="tf32"' not in proposal.source
+    seen = {loose.propose(_context(KERNEL), np.random.default_rng(seed)).note for seed in range(40)}
+    assert seen == {"dots ieee -> tf32x3", "dots ieee -> bf16x6", "dots ieee -> bf16x3", "dots ieee -> tf32"}
+    moved = {strict.propose(_context(KERNEL), np.random.default_rng(seed)).note for seed in range(40)}
+    assert moved == {"dots ieee -> tf32x3", "dots ieee -> bf16x6", "dots ieee -> bf16x3"}
+    # a split parent may move to another split precision (level1/1: 2.2x compile's time in tf32x3,
+    # 0.78x in bf16x6), under strict never to plain TF32
     split = Program(id=2, task="mm", island=0, generation=1, operator="dot_precision",
                     source=with_precision(KERNEL, "tf32x3"))
-    assert not strict.applies_to(split) and loose.applies_to(split)
-    assert strict.propose(_context(split.source), np.random.default_rng(0)).source is None
+    assert strict.applies_to(split) and loose.applies_to(split)
+    moved = {strict.propose(_context(split.source), np.random.default_rng(seed)).note for seed in range(20)}
+    assert moved == {"dots tf32x3 -> bf16x6", "dots tf32x3 -> bf16x3"}
     # a TF32 parent (a kernelbench seed's convolution starts there) is never moved back to split precision
     plain = Program(id=4, task="mm", island=0, generation=0, operator="seed", source=with_precision(KERNEL, "tf32"))
     assert not loose.applies_to(plain) and not strict.applies_to(plain)
@@ -90,6 +102,20 @@ def test_strict_offers_split_precision_only_and_kernelbench_offers_plain_tf32_to
     assert not strict.applies_to(elementwise) and not loose.applies_to(elementwise)
     with pytest.raises(ValueError, match="strict or kernelbench"):
         DotPrecision(tolerance="loose")
+
+
+def test_only_the_split_precisions_this_triton_compiles_are_offered(monkeypatch):
+    from evo.core import dot_precision
+    from operators import precision
+
+    monkeypatch.setattr(precision, "split_precisions", lambda: ("tf32x3",))  # a Triton before bf16x6
+    strict = DotPrecision(tolerance="strict")
+    assert {strict.propose(_context(KERNEL), np.random.default_rng(seed)).note for seed in range(10)} == \
+        {"dots ieee -> tf32x3"}
+    assert not strict.applies_to(Program(id=2, task="mm", island=0, generation=1, operator="dot_precision",
+                                         source=with_precision(KERNEL, "tf32x3")))
+    # read from the backend's options: here Triton's interpreter, which compiles tf32x3 only
+    assert dot_precision.split_precisions() == ("tf32x3",)
 
 
 def test_a_split_precision_child_of_a_large_tile_gets_more_warps_and_a_tf32_child_does_not():
@@ -159,14 +185,16 @@ def test_strict_runs_exact_fp32_and_kernelbench_runs_pytorchs_defaults():
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-def test_a_derived_gemm_seed_starts_on_tensor_cores_with_its_exact_self_behind_it():
-    from evo.core.dot_precision import seed_kernels
+def test_a_derived_gemm_seed_starts_on_tensor_cores_with_its_exact_self_behind_it(gpu_triton):
+    from evo.core.dot_precision import SPLIT_PRECISIONS, seed_kernels
 
     template = ("K0_BLOCK_M = 128\nK0_BLOCK_N = 128\nK0_NUM_WARPS = 4\n" + TEMPLATE_DOT + "\n")
-    first, exact = seed_kernels(template, "strict")
-    assert exact == template  # the derived seed, in case the first misses the checks
-    assert 'input_precision="tf32x3"' in first and "K0_NUM_WARPS = 8\n" in first  # split: more warps
-    assert first.startswith("# The seed derived from torch.compile with every dot in tf32x3")  # it says so
+    *twins, exact = seed_kernels(template, "strict")
+    assert exact == template  # the derived seed, in case the twins miss the checks
+    assert len(twins) == 3  # one in each split precision this Triton compiles
+    for twin, precision in zip(twins, SPLIT_PRECISIONS):
+        assert f'input_precision="{precision}"' in twin and "K0_NUM_WARPS = 8\n" in twin  # split: more warps
+        assert twin.startswith(f"# The seed derived from torch.compile with every dot in {precision}\n")  # it says so
     first, exact = seed_kernels(template, "kernelbench")
     assert 'input_precision="tf32"' in first and "K0_NUM_WARPS = 4\n" in first and exact == template
     # only inductor's GEMM templates (allow_tf32 flags): the engine's own convolution and elementwise seeds stay one

@@ -4,13 +4,38 @@ whose module text says why) and by the seeds a run starts from (:func:`seed_kern
 """
 from __future__ import annotations
 
+import functools
+import os
 import re
 
 from evo.core.kernel_source import call_spans, find_tunables, with_values
 
 # A dot's precision argument: ``input_precision="..."`` or ``allow_tf32=<expression>``.
-_PRECISION = re.compile(r"""\binput_precision\s*=\s*(["'])(ieee|tf32x3|tf32)\1|\ballow_tf32\s*=\s*[\w.]+""")
+_PRECISION = re.compile(r"""\binput_precision\s*=\s*(["'])(ieee|tf32x3|tf32|bf16x6|bf16x3)\1|\ballow_tf32\s*=\s*[\w.]+""")
 _DOT = re.compile(r"\btl\.dot\(")
+
+# fp32 products summed from several tensor-core products of the operands' parts: three TF32 products
+# (CUTLASS's 3xTF32), six bf16 products of three-part operands, or three of two-part ones.  On one
+# H200 (experiments/data/dot_precision_probe_h200_s53.json, a 1024 x 8192 x 8192 product against
+# float64) tf32x3 and bf16x6 erred 1.6e-5 and 1.5e-5 (RMS), a fifth of cuBLAS's fp32 (8.4e-5);
+# bf16x3 2.1e-4, plain TF32 3.9e-2.  Which is fastest depends on the kernel: level1/1 ran in 2.2x
+# torch.compile's time in tf32x3, 0.78x in bf16x6 and 0.50x in bf16x3; level2/12 in 0.61x, 0.75x, 0.48x.
+SPLIT_PRECISIONS = ("tf32x3", "bf16x6", "bf16x3")
+
+
+@functools.cache
+def split_precisions() -> tuple[str, ...]:
+    """The split precisions this Triton compiles (bf16x3 and bf16x6 came after tf32x3), for NVIDIA
+    GPUs or, where ``TRITON_INTERPRET=1``, for its interpreter (which has tf32x3 only)."""
+    try:
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            from triton.runtime.interpreter import InterpreterOptions as Options
+        else:
+            from triton.backends.nvidia.compiler import CUDAOptions as Options
+        allowed = Options.allowed_dot_input_precisions
+    except (ImportError, AttributeError):  # no such backend here: the precision Triton has had longest
+        return ("tf32x3",)
+    return tuple(p for p in SPLIT_PRECISIONS if p in allowed)
 
 
 def dot_arguments(source: str) -> list[re.Match]:
@@ -90,8 +115,9 @@ def seed_kernels(source: str, tolerance: str) -> tuple[str, ...]:
     """The seeds a run starts a task from, given the one derived from torch.compile: where that one
     holds inductor's GEMM templates (dots with an ``allow_tf32=`` flag, in IEEE fp32 on the CUDA
     cores where cuBLAS, which torch.compile calls, keeps fp32 too), first the same kernels with
-    every dot on tensor cores, split precision (``tf32x3``), or plain TF32 under the ``kernelbench``
-    tolerance, then the derived one as it is, in case the first misses the checks.  Likewise under
+    every dot on tensor cores, one in each split precision this Triton has (``SPLIT_PRECISIONS``),
+    or one in plain TF32 under the ``kernelbench`` tolerance, then the derived one as it is, in
+    case those miss the checks.  Likewise under
     the strict tolerance where it holds the engine's convolutions, each starting from the taps
     loop: first gathering from a channels-last copy of the input, as three TF32 products of operands
     split as they are copied (the library's dots in ``tf32x3`` where the search switches the split
@@ -100,22 +126,32 @@ def seed_kernels(source: str, tolerance: str) -> tuple[str, ...]:
 
     In the strict record of ``experiments/kernelbench_search.md`` (section 17) the derived GEMM
     seeds took 2.1x torch.compile's time; their first ``dot_precision`` children, these kernels,
-    took 0.61x on all seven GEMM problems, every one correct."""
+    took 0.61x on all seven GEMM problems, every one correct.  Over all of KernelBench's levels 1
+    and 2 on H200s (section 26), level2/18's tf32x3 twin missed the strict check (its sum over the
+    product's outputs cancels) where its bf16x6 twin passed, at 0.76x torch.compile's time
+    (``experiments/data/dot_precision_probe_h200_s53.json``)."""
     gemm = any(current_precision(m) == "allow_tf32" for m in dot_arguments(source))
     convolutions = _exact_taps_loop_convolutions(source, tolerance)
     if not gemm and not convolutions:
         return (source,)
-    precision = "tf32" if tolerance == "kernelbench" else "tf32x3"
-    moved = with_precision(source, precision)
-    if moved is None:
-        return (source,)
-    if precision == "tf32x3":
-        moved, _ = warps_for_split_precision(moved)
-    gathered = ""
-    if convolutions:
-        moved = _UNSPLIT.sub(r"\g<1>1", _NCHW_GATHER.sub(r"\g<1>1", moved))
-        gathered = (",\n# the convolutions gathering channels-last, three TF32 products of operands split as"
-                    " they are copied")
-    said = (f"# The seed derived from torch.compile with every dot in {precision}{gathered}\n"
-            "# (evo.core.dot_precision.seed_kernels); the run seeds the exact one beside it.\n")
-    return said + moved, source
+    if tolerance == "kernelbench":
+        precisions = ("tf32",)
+    elif gemm:  # each split precision: which is fastest, and which passes, depends on the product
+        precisions = split_precisions()
+    else:  # the convolutions split their operands themselves (USE_SPLIT_TF32), tf32x3 behind it
+        precisions = ("tf32x3",)
+    twins = []
+    for precision in precisions:
+        moved = with_precision(source, precision)
+        if moved is None:
+            continue
+        if precision != "tf32":
+            moved, _ = warps_for_split_precision(moved)
+        gathered = ""
+        if convolutions:
+            moved = _UNSPLIT.sub(r"\g<1>1", _NCHW_GATHER.sub(r"\g<1>1", moved))
+            gathered = (",\n# the convolutions gathering channels-last, three TF32 products of operands split as"
+                        " they are copied")
+        twins.append(f"# The seed derived from torch.compile with every dot in {precision}{gathered}\n"
+                     "# (evo.core.dot_precision.seed_kernels); the run seeds the exact one beside it.\n" + moved)
+    return (*twins, source)
