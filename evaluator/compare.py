@@ -81,13 +81,37 @@ def _value_mismatch(e: torch.Tensor, a: torch.Tensor, atol, rtol, atol_scale: fl
     if not e.is_floating_point():
         differ = sum(int((ec != ac).sum()) for _, (ec, ac) in _chunks(e, a))
         return f"{differ} of {e.numel()} integer elements differ" if differ else None
+    table, atol, rtol = _table(e, a, atol, rtol, atol_scale)
+    return None if table is None else _verdict(table, e, a, atol, rtol)
+
+
+def beyond_tolerance(expected, actual, atol: float | None, rtol: float | None,
+                     atol_scale: float = 1.0) -> tuple[int, float, float] | None:
+    """How far ``actual`` is from ``expected`` where they differ in values only: the floating elements
+    beyond the tolerance, over all outputs, the largest excess over it (negative where none is) and
+    the largest distance; None where anything else differs (structure, shape, dtype, integers, NaN
+    or Inf placement)."""
+    if mismatch(expected, actual, float("inf"), 0.0) is not None:  # all but the finite values' distance
+        return None
+    count, worst, largest = 0, float("-inf"), 0.0
+    for e, a in zip(flatten(expected), flatten(actual)):
+        if isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel():
+            table, _, _ = _table(e, a, atol, rtol, atol_scale)
+            count += int(table[:, 3].sum())
+            worst = max(worst, float(table[:, 5].max()))
+            largest = max(largest, float(table[:, 4].max()))
+    return count, worst, largest
+
+
+def _table(e: torch.Tensor, a: torch.Tensor, atol, rtol, atol_scale: float):
+    """The rows of partial results ``_verdict`` reads (None for no element), and the tolerance used."""
     d_atol, d_rtol = DEFAULT_TOLERANCE.get(e.dtype, (1e-4, 1e-4))
     atol = (d_atol if atol is None else atol) * atol_scale
     rtol = d_rtol if rtol is None else rtol
     if e.is_cuda and e.numel():  # one pass over both tensors (evaluator.compare_kernels)
         from evaluator.compare_kernels import mismatch_table
 
-        return _verdict(mismatch_table(_flat(e), _flat(a), atol, rtol).cpu(), e, a, atol, rtol)
+        return mismatch_table(_flat(e), _flat(a), atol, rtol).cpu(), atol, rtol
     # Per chunk, device scalars only: one synchronisation at the end, not several per chunk.
     rows = []  # [NaN differs, Inf differs, non-finite, bad count, max error, worst excess, its index]
     for start, (ec, ac) in _chunks(e, a):
@@ -103,9 +127,7 @@ def _value_mismatch(e: torch.Tensor, a: torch.Tensor, atol, rtol, atol_scale: fl
             (inf & (af != ef)).any().double(),
             (finite & ~torch.isfinite(af)).any().double(),
             (excess > 0).sum().double(), err.max(), worst, (idx + start).double()]))
-    if not rows:
-        return None
-    return _verdict(torch.stack(rows).cpu(), e, a, atol, rtol)
+    return (torch.stack(rows).cpu() if rows else None), atol, rtol
 
 
 def _verdict(table: torch.Tensor, e: torch.Tensor, a: torch.Tensor, atol: float, rtol: float) -> str | None:

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 import torch
 
 from evaluator.calls import Failure, call, call_candidate, clone, make_inputs
-from evaluator.compare import digest, flatten, mismatch
+from evaluator.compare import digest, flatten
+from evaluator.float64_arbiter import judged_mismatch
 from evaluator.guards import CandidateMonitor, argument_bytes, call_violation
 from evaluator.kernel_profile import aggregate
 from evaluator.result import Status
@@ -133,7 +134,8 @@ def check_kept(timed: TimedCalls, reference, atol, rtol) -> int:
         elif which != expected_set:
             expected, expected_set = None, which
             expected = call(reference, timed.sets[which], "reference")
-        problem = mismatch(expected, out, atol, rtol)
+        problem = judged_mismatch(expected, out, reference, timed.sets[which] if saved is None else saved,
+                                  timed.device, atol, rtol)
         if problem:
             raise Failure(Status.INCORRECT, f"timed call {number + 1} (input set {which + 1} of {len(timed.sets)}, "
                                             f"drawn for checking after it returned): {problem}")
@@ -157,7 +159,7 @@ def check_outputs(timed: TimedCalls, reference, atol, rtol) -> int:
         timed._last = None
         stream_synchronize(timed.device)
         expected = call(reference, timed.sets[which], "reference")
-        problem = mismatch(expected, out, atol, rtol)
+        problem = judged_mismatch(expected, out, reference, timed.sets[which], timed.device, atol, rtol)
         if problem:
             raise Failure(Status.INCORRECT, f"timed calls, input set {which + 1} of {len(timed.sets)} "
                                             f"(call {number + 1}): {problem}")
