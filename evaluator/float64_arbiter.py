@@ -28,9 +28,26 @@ from evaluator.calls import Failure, call, synchronize
 from evaluator.compare import beyond_tolerance, finite_abs_max, flatten, mismatch
 
 
+# The float64 copies of the reference's parameters and inputs it may make: KernelBench's largest
+# level-1 inputs reach 7.5 GB, twice that in float64, beside the evaluation's own footprint.
+MOST_FLOAT64_BYTES = 4 << 30
+
+
+def within_rounding_reach(expected, output, atol, rtol) -> bool:
+    """Whether ``output`` is near enough ``expected`` that the float64 answer could judge it (see
+    ``_rounding_bound``: the reference and the candidate each within it of the answer); a kernel
+    that is simply wrong costs no float64 run."""
+    distance = beyond_tolerance(expected, output, atol, rtol)
+    return distance is not None and distance[2] <= 2.0 * _rounding_bound(expected, expected, floor=1.0)
+
+
 def float64_output(reference: torch.nn.Module, inputs: list, device: str):
     """``reference``'s output on ``inputs`` with its parameters, buffers and floating inputs in float64,
     each output cast back to the dtype the reference gives; None where it cannot be had."""
+    floating = [t for t in [*reference.parameters(), *reference.buffers(), *inputs]
+                if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if sum(t.numel() for t in floating) * 8 > MOST_FLOAT64_BYTES:
+        return None
     try:
         wide = copy.deepcopy(reference).double()
         widened = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
@@ -48,8 +65,8 @@ def judged_mismatch(expected, output, reference, inputs: list, device: str, atol
     """``mismatch``, but None where ``output`` misses ``expected`` only as the reference misses its own
     float64 answer on ``inputs`` and is at least as accurate (the timed calls' checks)."""
     problem = mismatch(expected, output, atol, rtol)
-    if problem is None:
-        return None
+    if problem is None or not within_rounding_reach(expected, output, atol, rtol):
+        return problem
     exact = float64_output(reference, inputs, device)
     return None if exact is not None and at_least_as_accurate(exact, expected, output, atol, rtol) else problem
 
@@ -72,14 +89,14 @@ def at_least_as_accurate(exact, expected, output, atol, rtol, atol_scale: float 
             f"({max(candidate[1], 0.0):.3g})")
 
 
-def _rounding_bound(exact, expected) -> float:
+def _rounding_bound(exact, expected, floor: float = 0.0) -> float:
     """The most the reference may differ from its float64 answer for the difference to count as its
     rounding: half the digits of its dtype (the square root of its epsilon: 3.5e-4 for fp32) of the
     answer's largest magnitude.  Beyond that the two differ for another reason (a random draw, a
     decision on a tie), and the float64 answer judges nothing."""
     epsilon = max((torch.finfo(t.dtype).eps for t in flatten(expected)
                    if isinstance(t, torch.Tensor) and t.is_floating_point()), default=0.0)
-    return epsilon ** 0.5 * finite_abs_max(exact)
+    return epsilon ** 0.5 * max(finite_abs_max(exact), floor)
 
 
 def _like(exact, expected):

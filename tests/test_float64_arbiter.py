@@ -8,7 +8,7 @@ row sum that cancels stands in for it."""
 import torch
 
 from evaluator import Status
-from evaluator.float64_arbiter import at_least_as_accurate, float64_output
+from evaluator.float64_arbiter import at_least_as_accurate, float64_output, within_rounding_reach
 
 # sum(x + c) - c n is the row's sum; in fp32 each x + c rounds by up to 4.9e-4 at c = 1e4, and the
 # sum of 1024 of them near 1e7 by units: about 1 off on rows that sum to about 512 (tolerance 0.05),
@@ -120,3 +120,16 @@ def test_a_reference_further_from_its_answer_than_rounding_goes_judges_nothing()
     assert at_least_as_accurate(exact, reference, x.sum(1), None, None) is None
     model, inputs = _task_reference()  # rounding-level: the exact sum is judged, and passes
     assert at_least_as_accurate([inputs[0].double().sum(1)], model(*inputs), inputs[0].sum(1), None, None)
+
+
+def test_a_kernel_that_is_simply_wrong_or_a_reference_too_large_costs_no_float64_run(monkeypatch):
+    from evaluator import float64_arbiter
+
+    expected = torch.tensor([1000.0, 2.0])
+    assert within_rounding_reach(expected, torch.tensor([1000.3, 2.3]), None, None)  # 3.5e-4 x 1000, twice
+    assert not within_rounding_reach(expected, torch.tensor([1000.0, 3.0]), None, None)
+    assert not within_rounding_reach(expected, torch.tensor([1000.0, float("nan")]), None, None)
+    model, inputs = _task_reference()
+    assert float64_output(model, inputs, "cpu") is not None
+    monkeypatch.setattr(float64_arbiter, "MOST_FLOAT64_BYTES", 8 * inputs[0].numel())
+    assert float64_output(model, inputs, "cpu") is None  # x and c in float64: over the bound
