@@ -10,6 +10,7 @@
 #   OUT=$OUT FOLDERS=".kbsrc/all/level1 .kbsrc/all/level2" ONLY='^level1/' FROM="a.json b.json" \
 #       DEADLINE_S=520 bash experiments/kernelbench_seeds_device.sh
 # REDERIVE: a regex of problems derived again though a record holds their seed (a capture changed).
+# AGAIN: a regex of problems timed again though a record timed them (their starting kernels changed).
 # DEADLINE_S: seconds from the start after which no timing starts (derivation has no deadline:
 # about 10 s of one GPU a problem, with 14 workers).
 set -u
@@ -21,14 +22,14 @@ nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/gpus.txt"
 GPUS=$(nvidia-smi -L | wc -l)
 WORKERS=${WORKERS:-$(($(nproc) / GPUS - 2))}
 # Per GPU: a regex of the seeds to time, and one of the problems to derive ("^$" where none).
-python3 - "$GPUS" "${ONLY:-.}" "${REDERIVE:-^$}" "$OUT/shares.json" $FOLDERS -- ${FROM:-} <<'EOF'
+python3 - "$GPUS" "${ONLY:-.}" "${REDERIVE:-^$}" "${AGAIN:-^$}" "$OUT/shares.json" $FOLDERS -- ${FROM:-} <<'EOF'
 import json, re, sys
 from pathlib import Path
 sys.path.insert(0, "experiments")
 from kernelbench_seeds import timed_already
-gpus, only, rederive, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+gpus, only, rederive, again, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 split = sys.argv.index("--")
-folders, records = sys.argv[5:split], sys.argv[split + 1:]
+folders, records = sys.argv[6:split], sys.argv[split + 1:]
 names = sorted(f"{Path(f).name}/{p.stem}" for f in folders for p in Path(f).glob("*.py"))
 names = [n for n in names if re.search(only, n)]
 derived, timed = set(), set()
@@ -38,7 +39,7 @@ for path in records:
                 and not re.search(rederive, row["name"]):
             derived.add(row["name"])
             # timed with every kernel a run starts the task from (not so: a record from before the twins were timed)
-            if timed_already(row, "strict"):
+            if timed_already(row, "strict") and not re.search(again, row["name"]):
                 timed.add(row["name"])
 pick = lambda group, i: "^(" + "|".join(re.escape(n) for n in group[i::gpus]) + ")$" if group[i::gpus] else "^$"
 to_time = [n for n in names if n in derived and n not in timed]
@@ -55,7 +56,7 @@ for ((i = 0; i < GPUS; i++)); do
         common=(--workers "$WORKERS" --time-workers "${TIME_WORKERS:-3}" --timeout "${TIMEOUT_S:-150}")
         if [ "$(share $i time)" != '^$' ]; then
             python3 experiments/kernelbench_seeds.py $FOLDERS --out "$OUT/gpu$i/timed" --only "$(share $i time)" \
-                --seeds-from $FROM "${common[@]}" --deadline "$((${DEADLINE_S:-520} - SECONDS))" \
+                --seeds-from $FROM "${common[@]}" --again "${AGAIN:-^$}" --deadline "$((${DEADLINE_S:-520} - SECONDS))" \
                 > "$OUT/gpu$i/timed/log.txt" 2>&1
         fi
         if [ "$(share $i derive)" != '^$' ]; then
