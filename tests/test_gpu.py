@@ -259,3 +259,75 @@ def test_models_are_made_on_the_gpu_where_their_constructors_allow(gpu_evaluator
     candidate = _SCALED_KERNEL.replace("{bias}", bias).replace("{scale}", candidate_scale)
     result = gpu_evaluator.evaluate("scaled", task, candidate)
     assert result.status is Status.CORRECT, (result.reason, result.error)  # the same weights either way
+
+
+# A GEMM whose outputs are then summed, as KernelBench's level2/14 is (written here anew): the sum
+# cancels, and cuBLAS's own fp32 row sums miss the float64 answer beyond the strict tolerance at
+# about 2% of the rows (experiments/data/dot_precision_probe_h200_s53.json).
+_CANCELLING = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(features, features))
+
+    def forward(self, x):
+        return (x @ self.weight.T / 2).sum(dim=1, keepdim=True) * 1.5
+
+def get_inputs():
+    return [torch.rand(1024, 8192)]
+
+def get_init_inputs():
+    return [8192]
+'''
+_CANCELLING_KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def _product(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + rn[None, :] * K + (k + rk)[:, None])
+        acc += tl.dot(a, b, input_precision="PRECISION")
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+@triton.jit
+def _row_sum(c_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    total = tl.zeros([BLOCK], dtype=tl.float32)
+    for n in range(0, N, BLOCK):
+        total += tl.load(c_ptr + row * N + n + tl.arange(0, BLOCK))
+    tl.store(out_ptr + row, tl.sum(total, axis=0) / 2 * 1.5)
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(features, features))
+
+    def forward(self, x):
+        m, k = x.shape
+        n = self.weight.shape[0]
+        c = torch.empty(m, n, device=x.device, dtype=x.dtype)
+        _product[(m // 128, n // 128)](x, self.weight, c, m, n, k, BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8)
+        out = torch.empty(m, 1, device=x.device, dtype=x.dtype)
+        _row_sum[(m,)](c, out, n, BLOCK=1024)
+        return out
+'''
+
+
+def test_a_gemm_more_exact_than_cublas_passes_where_its_sum_cancels_judged_against_float64(gpu_evaluator):
+    result = gpu_evaluator.evaluate("cancelling", _CANCELLING, _CANCELLING_KERNEL.replace("PRECISION", "tf32x3"))
+    assert result.status is Status.CORRECT, (result.reason, result.error)
+    assert result.extra["judged_by_float64"], result.reason
+    # three bf16 products are less exact than cuBLAS's fp32 here (the probe: 53 rows beyond against 19)
+    result = gpu_evaluator.evaluate("cancelling", _CANCELLING, _CANCELLING_KERNEL.replace("PRECISION", "bf16x3"))
+    assert result.status is not Status.CORRECT, result.reason
