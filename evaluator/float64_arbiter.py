@@ -42,8 +42,8 @@ def within_rounding_reach(expected, output, atol, rtol) -> bool:
 
 
 def float64_output(reference: torch.nn.Module, inputs: list, device: str):
-    """``reference``'s output on ``inputs`` with its parameters, buffers and floating inputs in float64,
-    each output cast back to the dtype the reference gives; None where it cannot be had."""
+    """``reference``'s output on ``inputs`` with its parameters, buffers and floating inputs in float64
+    (a copy of it: the reference itself is left as it was); None where it cannot be had."""
     floating = [t for t in [*reference.parameters(), *reference.buffers(), *inputs]
                 if isinstance(t, torch.Tensor) and t.is_floating_point()]
     if sum(t.numel() for t in floating) * 8 > MOST_FLOAT64_BYTES:
