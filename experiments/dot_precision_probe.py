@@ -12,7 +12,11 @@ row of the product) fall outside the strict check (atol = rtol = 1e-4).  cuBLAS 
 
 Part 2, for each problem of ``RECORDS`` (``kernelbench_seeds.py``'s JSON, seeds included) matching
 ``--only``: its seed with every dot moved to each precision (split precisions with the warps
-``warps_for_split_precision`` gives them), evaluated as a run evaluates a child.
+``warps_for_split_precision`` gives them), evaluated as a run evaluates a child.  With
+``--archive RUN/archive.db --tasks DIR`` the seeds are a run's instead: its first seed of each
+task as it is (``seed``: the twin), and its exact one (the last) moved to each precision with the
+engine's convolutions gathering channels-last, the split copy off, so that their dots are the
+library's (``K<n>_USE_SPLIT_TF32 = 0``).
 """
 from __future__ import annotations
 
@@ -95,7 +99,29 @@ def part1(precisions: list[str]) -> list[dict]:
     return rows
 
 
-def part2(records: str, only: str, precisions: list[str], tolerance: str) -> list[dict]:
+def archive_problems(archive: str, tasks: str, only: str) -> list[dict]:
+    """The exact seed of each task of a run's archive matching ``only``, as ``part2`` reads a record:
+    its convolutions switched to the channels-last gather, the split copy off."""
+    import sqlite3
+
+    rows = sqlite3.connect(archive).execute("select task, source from programs where operator = 'seed' "
+                                            "order by id").fetchall()
+    first, last = {}, {}  # the run's first seed of a task (its twin) and last (the exact one)
+    for task, source in rows:
+        first.setdefault(task, source)
+        last[task] = source
+    unsplit = {r"^(K\d+_USE_CHANNELS_LAST = )0$": r"\g<1>1", r"^(K\d+_USE_SPLIT_TF32 = )1$": r"\g<1>0"}
+    problems = []
+    for task, source in sorted(last.items()):
+        if re.search(only, task):
+            for pattern, to in unsplit.items():
+                source = re.sub(pattern, to, source, flags=re.MULTILINE)
+            problems.append({"name": task, "seed": first[task], "exact": source,
+                             "source": (Path(tasks) / f"{task}.py").read_text()})
+    return problems
+
+
+def part2(problems: list[dict], only: str, precisions: list[str], tolerance: str) -> list[dict]:
     import torch  # noqa: F401
     from evaluator import Evaluator, EvaluatorSettings
     from evaluator.evaluator import TimingSettings
@@ -106,12 +132,13 @@ def part2(records: str, only: str, precisions: list[str], tolerance: str) -> lis
     evaluator = Evaluator(settings, "cuda", 0)
     rows = []
     try:
-        for problem in json.loads(Path(records).read_text())["problems"]:
+        for problem in problems:
             if not re.search(only, problem["name"]) or not problem.get("seed"):
                 continue
             source = problem.get("source") or Path(problem["path"]).read_text()
             for precision in ["seed", *precisions]:
-                kernel = problem["seed"] if precision == "seed" else with_precision(problem["seed"], precision)
+                kernel = (problem["seed"] if precision == "seed"
+                          else with_precision(problem.get("exact", problem["seed"]), precision))
                 if kernel is None:
                     continue
                 if precision not in ("seed", "tf32", "ieee"):
@@ -131,6 +158,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--records")
+    parser.add_argument("--archive", help="a run's archive.db: its exact seeds, convolutions channels-last")
+    parser.add_argument("--tasks", help="with --archive: the folder of its problem files")
     parser.add_argument("--only", default="^$")
     parser.add_argument("--precisions", nargs="+", default=["tf32x3", "bf16x6", "bf16x3"])
     parser.add_argument("--tolerance", default="strict")
@@ -143,8 +172,10 @@ def main() -> None:
     if not args.skip_part1:
         out["part1"] = part1(args.precisions)
         Path(args.out).write_text(json.dumps(out, indent=1))
-    if args.records:
-        out["part2"] = part2(args.records, args.only, args.precisions, args.tolerance)
+    if args.records or args.archive:
+        problems = (archive_problems(args.archive, args.tasks, args.only) if args.archive
+                    else json.loads(Path(args.records).read_text())["problems"])
+        out["part2"] = part2(problems, args.only, args.precisions, args.tolerance)
         Path(args.out).write_text(json.dumps(out, indent=1))
 
 
