@@ -31,7 +31,7 @@ import torch
 
 from evaluator.calls import Failure, call, call_candidate, clone, make_inputs, synchronize
 from evaluator.compare import CHUNK, digest, finite_abs_max, mismatch
-from evaluator.float64_arbiter import at_least_as_accurate, float64_output, within_rounding_reach
+from evaluator.float64_arbiter import at_least_as_accurate, judged
 from evaluator.guards import CandidateMonitor, call_violation, extra_threads, install_launch_counter
 from evaluator.phases import Phases
 from evaluator.result import Status
@@ -181,15 +181,12 @@ class Verifier:
 
         bound, exact = None, None  # set where only the range is held; the float64 answer where it judges
         problem = _against(expected, first, self.atol, self.rtol, atol_scale, bound)
-        if problem and saved is None and within_rounding_reach(expected, first, self.atol, self.rtol):
-            # the reference's own rounding may be what the candidate misses
-            exact = float64_output(self.reference, make(), self.device)
-            note = exact is not None and at_least_as_accurate(exact, expected, first, self.atol, self.rtol, atol_scale)
+        if problem and saved is None:  # the reference's own rounding may be what the candidate misses
+            note, exact = judged(expected, first, self.reference, make, self.device, self.atol, self.rtol,
+                                 atol_scale)
             if note:
                 problem = None
                 self.judged_by_float64.append(f"{where.split(',')[0]}: {note}")
-            else:
-                exact = None
         if problem and range_if_ill_conditioned and saved is None and self.reference_moves(make, expected, atol_scale):
             bound = 2.0 * finite_abs_max(expected)
             problem = _against(expected, first, self.atol, self.rtol, atol_scale, bound)

@@ -61,14 +61,26 @@ def float64_output(reference: torch.nn.Module, inputs: list, device: str):
     return output
 
 
+def judged(expected, output, reference, make_inputs, device: str, atol, rtol,
+           atol_scale: float = 1.0) -> tuple[str | None, object]:
+    """For an ``output`` that misses ``expected``: the note of :func:`at_least_as_accurate` and the
+    float64 answer it was judged against, or (None, None) where the answer does not keep it (out of
+    rounding reach, no float64 run, the reference exact enough, ``output`` further than it).
+    ``make_inputs`` gives the inputs, called only where the float64 run is made."""
+    if not within_rounding_reach(expected, output, atol, rtol):
+        return None, None
+    exact = float64_output(reference, make_inputs(), device)
+    note = exact is not None and at_least_as_accurate(exact, expected, output, atol, rtol, atol_scale)
+    return (note, exact) if note else (None, None)
+
+
 def judged_mismatch(expected, output, reference, inputs: list, device: str, atol, rtol) -> str | None:
     """``mismatch``, but None where ``output`` misses ``expected`` only as the reference misses its own
     float64 answer on ``inputs`` and is at least as accurate (the timed calls' checks)."""
     problem = mismatch(expected, output, atol, rtol)
-    if problem is None or not within_rounding_reach(expected, output, atol, rtol):
-        return problem
-    exact = float64_output(reference, inputs, device)
-    return None if exact is not None and at_least_as_accurate(exact, expected, output, atol, rtol) else problem
+    if problem is None or judged(expected, output, reference, lambda: inputs, device, atol, rtol)[0]:
+        return None
+    return problem
 
 
 def at_least_as_accurate(exact, expected, output, atol, rtol, atol_scale: float = 1.0) -> str | None:
