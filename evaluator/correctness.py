@@ -207,6 +207,24 @@ class Verifier:
                                             "(the kernel is not deterministic)")
         self.checks += 1
 
+    def held(self) -> dict:
+        """For the result's extra: the checks that held the range only, and those judged in float64."""
+        return {key: names for key, names in (("range_only", self.range_only),
+                                             ("judged_by_float64", self.judged_by_float64)) if names}
+
+    def range_note(self) -> str:
+        """The reason's words on the checks that held the range only ("" where none did)."""
+        if not self.range_only:
+            return ""
+        return f" ({', '.join(self.range_only)}: the range only, the reference itself ill-conditioned there)"
+
+    def float64_note(self) -> str:
+        """The reason's words on the checks judged against float64 ("" where none was)."""
+        if not self.judged_by_float64:
+            return ""
+        return (f"; {len(self.judged_by_float64)} judged against float64, where the reference itself misses it "
+                f"(evaluator.float64_arbiter): {self.judged_by_float64[0]}")
+
     def reference_moves(self, make: Inputs, expected, atol_scale: float) -> bool:
         """Whether the reference's output moves beyond the tolerance when each input moves by a few
         units in the last place (``perturbed``): the reference is ill-conditioned on these values."""

@@ -322,17 +322,6 @@ def _reference_alone(problem, reference, shapes, seed: int, device: str):
     return peak, recorder.operators()
 
 
-def _range_only(names: list[str]) -> str:
-    return f" ({', '.join(names)}: the range only, the reference itself ill-conditioned there)" if names else ""
-
-
-def _by_float64(judged: list[str]) -> str:
-    if not judged:
-        return ""
-    return (f"; {len(judged)} judged against float64, where the reference itself misses it "
-            f"(evaluator.float64_arbiter): {judged[0]}")
-
-
 def _checked_and_timed(request: dict, device: str, problem, reference, invoker, watch, shapes, phases, began,
                        reference_bytes, stage: Stage) -> EvalResult:
     phases["load_s"] = time.monotonic() - began
@@ -382,21 +371,18 @@ def _checked_and_timed(request: dict, device: str, problem, reference, invoker, 
     profile = measured.pop("kernel_profile", None)
     if profile is not None:  # on a GPU: each kernel's compiled facts and occupancy beside its device time
         extra["kernel_profile"] = kernel_profile.with_compiled(profile, kernels, kernel_profile.sm_limits(device))
-    if verifier.range_only:
-        extra["range_only"] = verifier.range_only
-    if verifier.judged_by_float64:
-        extra["judged_by_float64"] = verifier.judged_by_float64
+    extra.update(verifier.held())
     for key in ("compile_baseline_error", "shape_timings", "timed_checks", "timing_round", "timed_reps", "timed_batches"):
         value = measured.pop(key, None)
         if value is not None:
             extra[key] = value
     return EvalResult(
         status=Status.CORRECT,
-        reason=f"passed {checks} checks: smoke, adversarial values{_range_only(verifier.range_only)}, "
+        reason=f"passed {checks} checks: smoke, adversarial values{verifier.range_note()}, "
                f"{len(shapes)} shapes x "
                f"{len(request['seeds'])} seeds, each called twice around the reference"
                + (", and the timed calls" if "timed_checks" in extra else "")
-               + _by_float64(verifier.judged_by_float64),
+               + verifier.float64_note(),
         timing_representative=device.startswith("cuda"),
         shapes_checked=len(shapes),
         extra=extra,
