@@ -35,8 +35,8 @@ from typing import get_args
 import numpy as np
 
 from evaluator.choices import Tolerance, one_of
-from evo.core.dot_precision import (ACCUMULATOR_PER_THREAD, current_precision, dot_arguments, split_precisions,
-                                    warps_for_split_precision, with_precision)
+from evo.core.dot_precision import (ACCUMULATOR_PER_THREAD, SPLIT_PRECISIONS, current_precision, dot_arguments,
+                                    split_precisions, warps_for_split_precision, with_precision)
 from operators.base import Context, Operator, Proposal
 
 class DotPrecision(Operator):
@@ -72,7 +72,7 @@ class DotPrecision(Operator):
             return Proposal(self.name, None, f"the parent's dots are already {'/'.join(sorted(current))}")
         precision, child = options[int(rng.integers(len(options)))]
         note = f"dots {'/'.join(sorted(current))} -> {precision}"
-        if precision != "tf32":
+        if precision in SPLIT_PRECISIONS:
             child, warps = warps_for_split_precision(child)
             note += f" ({', '.join(warps)}: at most {ACCUMULATOR_PER_THREAD} accumulator floats a thread)" if warps else ""
         return Proposal(self.name, child, note)

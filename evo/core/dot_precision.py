@@ -145,7 +145,7 @@ def seed_kernels(source: str, tolerance: str) -> tuple[str, ...]:
         moved = with_precision(source, precision)
         if moved is None:
             continue
-        if precision != "tf32":
+        if precision in SPLIT_PRECISIONS:
             moved, _ = warps_for_split_precision(moved)
         gathered = ""
         if convolutions:
