@@ -60,7 +60,7 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
 
 
-def _chunks(*tensors: torch.Tensor):
+def chunks(*tensors: torch.Tensor):
     flats = [_flat(t) for t in tensors]
     n = flats[0].numel()
     for start in range(0, n, CHUNK):
@@ -72,14 +72,14 @@ def finite_abs_max(outputs) -> float:
     largest = 0.0
     for t in flatten(outputs):
         if isinstance(t, torch.Tensor) and t.is_floating_point():
-            for _, (chunk,) in _chunks(t):
+            for _, (chunk,) in chunks(t):
                 largest = max(largest, float(torch.where(torch.isfinite(chunk), chunk.abs(), 0).max()))
     return largest
 
 
 def _value_mismatch(e: torch.Tensor, a: torch.Tensor, atol, rtol, atol_scale: float = 1.0) -> str | None:
     if not e.is_floating_point():
-        differ = sum(int((ec != ac).sum()) for _, (ec, ac) in _chunks(e, a))
+        differ = sum(int((ec != ac).sum()) for _, (ec, ac) in chunks(e, a))
         return f"{differ} of {e.numel()} integer elements differ" if differ else None
     table, atol, rtol = _table(e, a, atol, rtol, atol_scale)
     return None if table is None else _verdict(table, e, a, atol, rtol)
@@ -103,18 +103,22 @@ def beyond_tolerance(expected, actual, atol: float | None, rtol: float | None,
     return count, worst, largest
 
 
+def tolerance_of(dtype: torch.dtype, atol: float | None, rtol: float | None, atol_scale: float = 1.0):
+    """(atol, rtol) a comparison of ``dtype`` uses: the task's, else the dtype's defaults."""
+    d_atol, d_rtol = DEFAULT_TOLERANCE.get(dtype, (1e-4, 1e-4))
+    return (d_atol if atol is None else atol) * atol_scale, d_rtol if rtol is None else rtol
+
+
 def _table(e: torch.Tensor, a: torch.Tensor, atol, rtol, atol_scale: float):
     """The rows of partial results ``_verdict`` reads (None for no element), and the tolerance used."""
-    d_atol, d_rtol = DEFAULT_TOLERANCE.get(e.dtype, (1e-4, 1e-4))
-    atol = (d_atol if atol is None else atol) * atol_scale
-    rtol = d_rtol if rtol is None else rtol
+    atol, rtol = tolerance_of(e.dtype, atol, rtol, atol_scale)
     if e.is_cuda and e.numel():  # one pass over both tensors (evaluator.compare_kernels)
         from evaluator.compare_kernels import mismatch_table
 
         return mismatch_table(_flat(e), _flat(a), atol, rtol).cpu(), atol, rtol
     # Per chunk, device scalars only: one synchronisation at the end, not several per chunk.
     rows = []  # [NaN differs, Inf differs, non-finite, bad count, max error, worst excess, its index]
-    for start, (ec, ac) in _chunks(e, a):
+    for start, (ec, ac) in chunks(e, a):
         ef, af = ec.double(), ac.double()
         e_nan, a_nan = torch.isnan(ef), torch.isnan(af)
         finite = torch.isfinite(ef)
@@ -191,7 +195,7 @@ def _tensor_digest(t: torch.Tensor, canonical: bool) -> int:
         return digest_of(_flat(t), canonical)
     weights = _weights(t.device)
     total = 0
-    for _, (chunk,) in _chunks(t):
+    for _, (chunk,) in chunks(t):
         if canonical and chunk.is_floating_point():
             chunk = torch.where(torch.isnan(chunk), torch.full_like(chunk, float("nan")), chunk + 0.0)
         words = chunk.view(_INT_OF_SIZE[chunk.element_size()]).to(torch.int64)

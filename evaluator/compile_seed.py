@@ -100,7 +100,36 @@ def convert_kernel(index: int, name: str, source: str, config: dict | None = Non
     texts = ["\n".join(lines[min([h.lineno, *(d.lineno for d in h.decorator_list)]) - 1:h.end_lineno]) for h in helpers]
     constants, kernel, launcher = _convert_main(index, name, source, ast.parse(source).body[tree.body.index(fn)],
                                                 config)
-    return constants, "\n\n\n".join([*texts, kernel]), launcher
+    products = [f"_k{index}{h.name}" for h in helpers if _is_product(h)]
+    widened = _products_in_float64(kernel, products)
+    if widened != kernel:  # see _products_in_float64: at most 4 warps
+        constants = re.sub(rf"^(K{index}_NUM_WARPS = )(\d+)$", lambda m: m.group(1) + str(min(int(m.group(2)), 4)),
+                           constants, flags=re.M)
+    return constants, "\n\n\n".join([*texts, widened]), launcher
+
+
+def _is_product(helper: ast.FunctionDef) -> bool:
+    """Whether a scan's combine function multiplies its two operands (inductor's cumprod)."""
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult) for n in ast.walk(helper)) and \
+        [a.arg for a in helper.args.args] == ["arg0_0", "arg1_0"]
+
+
+def _products_in_float64(kernel: str, products: list[str]) -> str:
+    """``kernel`` with each scan by a product combine run in float64, its carry too; stores cast back.
+    A running product over fp32 leaves fp32's range and comes back in an order of its own: inductor's
+    scan multiplies a block's underflowed prefix (0) by another's overflowed one (Inf), NaN where a
+    product in order has 0 (level1/90 on mixed scales: ``evaluator.float64_arbiter``).  In float64 it
+    gives the float64 answer.  Its values take twice the registers: on one H200 level1/90's scan in
+    float64 took 1.17x torch.compile's time at inductor's 16 warps, 0.84-0.91x at 4 with any block
+    of 512-8192, 0.96-1.02x at 8 (experiments/data/cumprod_sweep_h200_s54.json)."""
+    if not products:
+        return kernel
+    scans = re.compile(rf"tl\.associative_scan\(\((\w+),\), (\w+), ({'|'.join(map(re.escape, products))})\)")
+    widened = scans.sub(r"tl.associative_scan((\1.to(tl.float64),), \2, \3)", kernel)
+    if widened == kernel:
+        return kernel
+    # A looped scan carries its prefix from block to block, started as NaN in fp32: now float64.
+    return widened.replace("float('nan'), tl.float32)", "float('nan'), tl.float64)")
 
 
 def _starting_values(kind: str, config: dict | None) -> dict[str, int]:

@@ -17,6 +17,15 @@ it.  A reference within the tolerance of its float64 answer leaves the check as 
 that cannot run in float64 (an operator without it, a tensor it makes in fp32, memory), and one
 further from it than rounding goes (``_rounding_bound``: a random draw, a decision on a tie).  The
 candidate never sees the float64 run: it is made by the harness, after the candidate's call.
+
+The same holds for the range: a product overflows or underflows in an order of its own.  On one
+H200, KernelBench's level1/90 (cumprod of 32768 x 32768 values) on the check's mixed scales gave
+12.1 million NaN and 13.8 million Inf from PyTorch's own CUDA scan, where its float64 run has no NaN
+and 21,624 Inf; a CPU scan differs again, and inductor's scan gives 697 million NaN
+(``experiments/kernelbench_search.md``, section 29).  So where the reference has NaN or Inf that
+its float64 answer lacks (or the reverse), a candidate that misses it is judged against the answer
+by elements: those whose NaN or Inf differs plus those beyond the tolerance, no more than the
+reference's, and no larger excess where both are finite.
 """
 from __future__ import annotations
 
@@ -25,12 +34,14 @@ import copy
 import torch
 
 from evaluator.calls import Failure, call, synchronize
-from evaluator.compare import beyond_tolerance, finite_abs_max, flatten, mismatch
+from evaluator.compare import chunks, beyond_tolerance, finite_abs_max, flatten, mismatch, tolerance_of
 
 
 # The float64 copies of the reference's parameters and inputs it may make: KernelBench's largest
 # level-1 inputs reach 7.5 GB, twice that in float64, beside the evaluation's own footprint.
 MOST_FLOAT64_BYTES = 4 << 30
+# More where a GPU has room for them three times over (inputs, output, the check's temporaries).
+FREE_MEMORY_SHARE = 3
 
 
 def within_rounding_reach(expected, output, atol, rtol) -> bool:
@@ -46,7 +57,7 @@ def float64_output(reference: torch.nn.Module, inputs: list, device: str):
     (a copy of it: the reference itself is left as it was); None where it cannot be had."""
     floating = [t for t in [*reference.parameters(), *reference.buffers(), *inputs]
                 if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    if sum(t.numel() for t in floating) * 8 > MOST_FLOAT64_BYTES:
+    if not _room_for(sum(t.numel() for t in floating) * 8, device):
         return None
     try:
         wide = copy.deepcopy(reference).double()
@@ -61,13 +72,28 @@ def float64_output(reference: torch.nn.Module, inputs: list, device: str):
     return output
 
 
+def _room_for(nbytes: int, device: str) -> bool:
+    if nbytes <= MOST_FLOAT64_BYTES:
+        return True
+    if not (device.startswith("cuda") and torch.cuda.is_available()):
+        return False
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return FREE_MEMORY_SHARE * nbytes <= free
+
+
+def has_nonfinite(outputs) -> bool:
+    """Whether a floating tensor of ``outputs`` holds a NaN or an Inf."""
+    return any(bool((~torch.isfinite(chunk)).any()) for t in flatten(outputs)
+               if isinstance(t, torch.Tensor) and t.is_floating_point() for _, (chunk,) in chunks(t))
+
+
 def judged(expected, output, reference, make_inputs, device: str, atol, rtol,
            atol_scale: float = 1.0) -> tuple[str | None, object]:
     """For an ``output`` that misses ``expected``: the note of :func:`at_least_as_accurate` and the
     float64 answer it was judged against, or (None, None) where the answer does not keep it (out of
     rounding reach, no float64 run, the reference exact enough, ``output`` further than it).
     ``make_inputs`` gives the inputs, called only where the float64 run is made."""
-    if not within_rounding_reach(expected, output, atol, rtol):
+    if not (within_rounding_reach(expected, output, atol, rtol) or has_nonfinite(expected)):
         return None, None
     exact = float64_output(reference, make_inputs(), device)
     note = exact is not None and at_least_as_accurate(exact, expected, output, atol, rtol, atol_scale)
@@ -91,7 +117,9 @@ def at_least_as_accurate(exact, expected, output, atol, rtol, atol_scale: float 
     if exact is None:
         return None
     reference = beyond_tolerance(exact, expected, atol, rtol, atol_scale)
-    if reference is None or reference[0] == 0 or reference[2] > _rounding_bound(exact, expected):
+    if reference is None:  # NaN or Inf placed apart from the answer's
+        return _as_accurate_in_range(exact, expected, output, atol, rtol, atol_scale)
+    if reference[0] == 0 or reference[2] > _rounding_bound(exact, expected):
         return None
     candidate = beyond_tolerance(exact, output, atol, rtol, atol_scale)
     if candidate is None or candidate[0] > reference[0] or candidate[1] > reference[1]:
@@ -99,6 +127,47 @@ def at_least_as_accurate(exact, expected, output, atol, rtol, atol_scale: float 
     return (f"judged against float64, where the reference's own output is {reference[0]} elements beyond "
             f"the tolerance (largest excess {reference[1]:.3g}); the candidate's is {candidate[0]} "
             f"({max(candidate[1], 0.0):.3g})")
+
+
+def _as_accurate_in_range(exact, expected, output, atol, rtol, atol_scale: float) -> str | None:
+    """``at_least_as_accurate`` where the reference's NaN or Inf differ from its float64 answer's
+    (cast back): ``output`` kept where it misses the answer at no more elements than the reference
+    (see :func:`misses`) and by no larger excess where both are finite."""
+    if _like(output, exact) is None or any(isinstance(e, torch.Tensor) and (
+            not isinstance(a, torch.Tensor) or a.dtype != e.dtype) for e, a in zip(flatten(exact), flatten(output))):
+        return None  # structure, shape or dtype: no answer judges that
+    reference, candidate = misses(exact, expected, atol, rtol, atol_scale), misses(exact, output, atol, rtol, atol_scale)
+    if reference is None or candidate is None or reference[0] == 0:
+        return None
+    if candidate[0] + candidate[1] > reference[0] + reference[1] or candidate[2] > max(reference[2], 0.0):
+        return None
+    return (f"judged against float64, where the reference's own output has NaN or Inf the answer lacks (or "
+            f"the reverse) at {reference[0]} elements and {reference[1]} beyond the tolerance; the "
+            f"candidate's at {candidate[0]} and {candidate[1]}")
+
+
+def misses(exact, output, atol, rtol, atol_scale: float = 1.0) -> tuple[int, int, float] | None:
+    """How ``output`` misses ``exact``, element by element over its floating tensors: where NaN or Inf
+    differ (a NaN for a NaN and an Inf of the same sign match), where both are finite and beyond the
+    tolerance, and the largest excess over it there (negative where none is); None for an output
+    whose integers differ."""
+    placed, beyond, worst = 0, 0, float("-inf")
+    for e, a in zip(flatten(exact), flatten(output)):
+        if not (isinstance(e, torch.Tensor) and e.is_floating_point()):
+            if mismatch([e], [a], 0.0, 0.0) is not None:
+                return None
+            continue
+        e_atol, e_rtol = tolerance_of(e.dtype, atol, rtol, atol_scale)
+        for _, (ec, ac) in chunks(e, a):
+            ef, af = ec.double(), ac.double()
+            same = (ef == af) | (torch.isnan(ef) & torch.isnan(af))
+            finite = torch.isfinite(ef) & torch.isfinite(af)
+            placed += int((~same & ~finite).sum())
+            excess = torch.where(finite, (af - ef).abs() - (e_atol + e_rtol * ef.abs()), float("-inf"))
+            beyond += int((excess > 0).sum())
+            if excess.numel():
+                worst = max(worst, float(excess.max()))
+    return placed, beyond, worst
 
 
 def _rounding_bound(exact, expected, floor: float = 0.0) -> float:

@@ -133,3 +133,63 @@ def test_a_kernel_that_is_simply_wrong_or_a_reference_too_large_costs_no_float64
     assert float64_output(model, inputs, "cpu") is not None
     monkeypatch.setattr(float64_arbiter, "MOST_FLOAT64_BYTES", 8 * inputs[0].numel())
     assert float64_output(model, inputs, "cpu") is None  # x and c in float64: over the bound
+
+
+# A product of two halves of each row: on the mixed scales of the adversarial checks (a factor of 1e3
+# or 1e-3 on each value) one half's fp32 product underflows to 0 and the other's overflows to Inf on a
+# few of the 64 rows, NaN where the float64 answer is finite (level1/90's cumprod, in small).
+PRODUCT_TASK = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        n = x.shape[1] // 2
+        return x[:, :n].prod(1) * x[:, n:].prod(1)
+
+def get_inputs():
+    return [torch.rand(64, 512) * 2.718281828]
+
+def get_init_inputs():
+    return []
+'''
+
+PRODUCT_KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def row_product(x_ptr, out_ptr, N: tl.constexpr):  # in float64, as the exponential of a sum of logs
+    row = tl.program_id(0)
+    x = tl.load(x_ptr + row * N + tl.arange(0, N)).to(tl.float64)
+    tl.store(out_ptr + row, tl.exp(tl.sum(tl.log(x), axis=0)))
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty(x.shape[0], device=x.device, dtype=x.dtype)
+        row_product[(x.shape[0],)](x, out, N=x.shape[1])
+        return out
+'''
+
+
+def test_a_kernel_without_the_references_overflow_is_judged_by_the_float64_answer(cpu_evaluator):
+    result = cpu_evaluator.evaluate("halves", PRODUCT_TASK, PRODUCT_KERNEL)
+    assert result.status is Status.CORRECT, result.reason
+    judged = " ".join(result.extra["judged_by_float64"])
+    assert "mixed scales: judged against float64, where the reference's own output has NaN or Inf" in judged
+
+
+def test_nan_or_inf_apart_from_the_answers_are_counted_against_the_references():
+    exact = [torch.tensor([0.5, 1e-10, 2.0, 3.0], dtype=torch.float64)]
+    reference = torch.tensor([0.5, float("nan"), float("inf"), 3.0])
+    assert "at 2 elements" in at_least_as_accurate(exact, reference, exact[0].float(), None, None)
+    assert at_least_as_accurate(exact, reference, reference.clone(), None, None)  # no worse than the reference
+    nan_more = torch.tensor([float("nan"), float("nan"), float("inf"), 3.0])
+    assert at_least_as_accurate(exact, reference, nan_more, None, None) is None
+    finite_off = torch.tensor([0.6, 1e-10, 2.0, 3.0])  # one miss fewer, but off where the reference is exact
+    assert at_least_as_accurate(exact, reference, finite_off, None, None) is None
+    assert at_least_as_accurate(exact, reference, torch.zeros(3), None, None) is None  # shape
+    exact_nan = [torch.tensor([0.5, float("nan"), float("inf"), 3.0], dtype=torch.float64)]
+    assert at_least_as_accurate(exact_nan, reference, nan_more, None, None) is None  # the reference is right
