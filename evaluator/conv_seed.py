@@ -84,18 +84,26 @@ WIDE_SPLIT_CHANNELS = 128
 WIDE_SPLIT_TILE = (128, 128, 16, 8, 3)
 
 
-def channels_last_first(weight_shape: tuple[int, ...], transposed: bool, groups: int, precision: str) -> bool:
+def channels_last_first(weight_shape: tuple[int, ...], transposed: bool, groups: int, precision: str,
+                        strided: bool = False) -> bool:
     """Whether the taps loop starts from the channels-last gather (else the NCHW one); where the
     call site has the switch, the search may flip it.  With the seed's tile on the 18 convolutions
     of the KernelBench sample (H200, ``experiments/kernelbench_search.md``, section 17): in TF32
     channels-last ran 1.25-3.5x faster on 9 of the 11 from 16 channels a group, 1-D ones included
     (l1_74 2.93 to 1.05 ms), 1.05x on l1_79 and 1% slower on l1_81; with fp32 products exact it
-    ran 1.02-2.4x slower on all 11 (l2_10 14.7 to 35.7 ms).  Below 16 channels, where only a strided transposed
-    convolution starts from the taps loop, it ran 1.4-1.9x faster than the general loop in either
-    precision (l2_72, l2_96).  Under the strict tolerance a seed whose call sites all start from the
-    taps loop is seeded second, behind a twin gathering channels-last with its operands split into
-    TF32 parts (``evo.core.dot_precision.seed_kernels``)."""
-    return precision == "tf32" or _per_group(weight_shape, transposed, groups)[0] < 16
+    ran 1.02-2.4x slower on all 11 (l2_10 14.7 to 35.7 ms).  Below 16 channels, where only a strided
+    transposed convolution starts from the taps loop (l2_72, l2_96: 3 channels, 3-D, stride 2), the
+    NCHW gather ran faster in every record's archive, the children whose change from the seed was
+    mostly that flip: under the kernelbench tolerance 2.98 ms against the seed's 4.78 (l2_96,
+    section 17) and 3.20 against 4.74 (l2_72, section 29); with exact products 3.45 and 3.25 against
+    6.59 and 6.57 (section 17).  The general loop's sites below 16 channels keep the channels-last
+    gather should the taps loop be switched on (timed there in section 17, NCHW not).  Under the
+    strict tolerance a seed whose call sites all start from the taps loop is seeded second, behind a
+    twin gathering channels-last with its operands split into TF32 parts
+    (``evo.core.dot_precision.seed_kernels``)."""
+    if _per_group(weight_shape, transposed, groups)[0] >= 16:
+        return precision == "tf32"
+    return not (transposed and strided)
 
 
 def _two_loops(weight_shape: tuple[int, ...] | None, transposed: bool, groups: int) -> bool:
@@ -193,7 +201,7 @@ def replace_convolutions(lines: list[str], first_index: int, precision: str = "i
             # off in the seed; on in its strict twin where every site starts from the taps loop,
             # evo.core.dot_precision.seed_kernels; in the general loop it ran 1.23-1.54x slower than
             # exact products on an H100, kernelbench_search.md section 22: the search's to switch on)
-            gather = channels_last_first(*shape, precision)
+            gather = channels_last_first(*shape, precision, strided)
             if taps_first:
                 names[:0] = [f"K{index}_USE_TAPS_LOOP = 1", f"K{index}_USE_CHANNELS_LAST = {int(gather)}"]
                 gather = f"K{index}_USE_CHANNELS_LAST == 1"

@@ -59,9 +59,11 @@ def test_a_call_site_that_can_run_either_loop_gets_a_switch(weight, transposed, 
     switch = taps_first is not None
     assert (f"K0_USE_TAPS_LOOP = {taps_first}" in constants[0]) is switch
     assert ("taps_loop=K0_USE_TAPS_LOOP == 1" in launchers[0]) is switch
-    # the gather from a channels-last copy first in TF32, or below 16 channels a group (section 17),
+    # the gather from a channels-last copy first in TF32 from 16 channels a group (section 17); below,
+    # NCHW where the taps loop comes first (transposed with a stride, section 29), else channels-last;
     # behind a switch of its own where the taps loop comes first; else fixed (it would flip nothing)
-    gather = int(precision == "tf32" or (weight[0] if transposed else weight[1]) < 16)
+    wide = (weight[0] if transposed else weight[1]) >= 16
+    gather = int(precision == "tf32" if wide else not (transposed and stride > 1))
     assert (f"K0_USE_CHANNELS_LAST = {gather}" in constants[0]) is (taps_first == 1)
     assert ("channels_last=K0_USE_CHANNELS_LAST == 1" in launchers[0]) is (taps_first == 1)
     assert (f"channels_last={bool(gather)}" in launchers[0]) is (taps_first == 0)
