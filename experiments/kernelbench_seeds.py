@@ -321,7 +321,9 @@ def main() -> None:
                     results.rows[old["name"]].pop("eval", None)
                     results.update(old["name"], **{k: old[k] for k in ("seed", "derive", "check", "eval") if k in old})
     else:
-        evaluator = Evaluator(EvaluatorSettings(device="cuda", timeout_s=args.timeout, cache_dir=cache), "cuda", 0)
+        # derived under the tolerance timed, as a run derives them (TF32 convolutions under kernelbench's)
+        evaluator = Evaluator(EvaluatorSettings(device="cuda", timeout_s=args.timeout, cache_dir=cache,
+                                                tolerance=args.tolerance), "cuda", 0)
         try:
             # every worker busy until the last problem (batches waited for their slowest: a GEMM's
             # max-autotune holds the GPU alone), each outcome written as it comes
