@@ -33,6 +33,19 @@ def test_a_signal_after_the_grace_interrupts_again_and_the_handler_is_restored()
     assert signal.getsignal(signal.SIGINT) is before
 
 
+def test_a_signal_with_the_interrupt_handled_after_the_block_is_still_dropped():
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with one_interrupt(grace_s=5.0):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGINT)  # on the way out (the CLI's exit with status 130): dropped
+        time.sleep(0.5)
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_a_lock_broken_by_an_interrupt_counts_as_the_interrupt():
     try:
         try:
