@@ -34,7 +34,7 @@ import copy
 import torch
 
 from evaluator.calls import Failure, call, synchronize
-from evaluator.compare import chunks, beyond_tolerance, finite_abs_max, flatten, mismatch, tolerance_of
+from evaluator.compare import beyond_tolerance, chunks, finite_abs_max, flatten, mismatch, tolerance_of
 
 
 # The float64 copies of the reference's parameters and inputs it may make: KernelBench's largest
@@ -133,9 +133,10 @@ def _as_accurate_in_range(exact, expected, output, atol, rtol, atol_scale: float
     """``at_least_as_accurate`` where the reference's NaN or Inf differ from its float64 answer's
     (cast back): ``output`` kept where it misses the answer at no more elements than the reference
     (see :func:`misses`) and by no larger excess where both are finite."""
-    if _like(output, exact) is None or any(isinstance(e, torch.Tensor) and (
-            not isinstance(a, torch.Tensor) or a.dtype != e.dtype) for e, a in zip(flatten(exact), flatten(output))):
-        return None  # structure, shape or dtype: no answer judges that
+    wide, narrow = flatten(exact), flatten(output)
+    if len(wide) != len(narrow) or any(isinstance(e, torch.Tensor) and not (
+            isinstance(a, torch.Tensor) and a.shape == e.shape and a.dtype == e.dtype) for e, a in zip(wide, narrow)):
+        return None  # structure, shape or dtype: no answer judges that (compared without a copy)
     reference, candidate = misses(exact, expected, atol, rtol, atol_scale), misses(exact, output, atol, rtol, atol_scale)
     if reference is None or candidate is None or reference[0] == 0:
         return None
