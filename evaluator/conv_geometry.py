@@ -12,10 +12,12 @@ import triton.language as tl
 
 
 @triton.jit
-def _epilogue(acc, out_ptr, offsets, mask, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr):
+def _epilogue(acc, out_ptr, offsets, mask, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr, cols, col_mask):
     # The output tile stored at its offsets into the output.  Operator fuse_epilogue replaces this
     # body with a pointwise kernel that read the output after the convolution, the ep*_ptr operands
-    # its other tensors (operators/fuse_epilogue.py).
+    # its other tensors (operators/fuse_epilogue.py); cols, the tile's output channels (a row
+    # vector, or the direct kernel's one channel) and col_mask theirs: a channel's parameters are
+    # loaded once a column, not gathered once an element.
     tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -28,7 +30,7 @@ def _store_tile(acc, out_ptr, b_ptr, batch, channels, od, oh, ow, son, soo, sod,
     out_offsets = (batch[:, None] * son + channels[None, :].to(tl.int64) * soo + od[:, None].to(tl.int64) * sod
                    + oh[:, None].to(tl.int64) * soh + ow[:, None].to(tl.int64) * sow)
     _epilogue(acc, out_ptr, out_offsets, m_mask[:, None] & n_mask[None, :],
-              ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr)
+              ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr, channels[None, :], n_mask[None, :])
 
 
 @triton.jit

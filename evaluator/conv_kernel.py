@@ -358,4 +358,4 @@ def _conv_direct_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_ptr,
         acc += tl.load(b_ptr + group).to(tl.float32)
     out_offsets = (batch * son + group.to(tl.int64) * soo + od.to(tl.int64) * sod + oh.to(tl.int64) * soh
                    + ow.to(tl.int64) * sow)
-    _epilogue(acc, out_ptr, out_offsets, m_mask, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr)
+    _epilogue(acc, out_ptr, out_offsets, m_mask, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr, group, True)

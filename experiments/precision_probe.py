@@ -77,17 +77,20 @@ def main() -> None:
 
 
 def _current_library(seed: str) -> str | None:
-    """``seed`` with its convolution library (from its first ``@triton.jit`` helper, ``_store_tile``
-    or ``_conv_kernel`` in older seeds, to the end of ``_count``) replaced by this tree's; None for a
-    seed without one."""
+    """``seed`` with its convolution library (from its first ``@triton.jit`` helper, ``_epilogue``,
+    or ``_store_tile`` or ``_conv_kernel`` in older seeds, to the end of ``_count``) replaced by this
+    tree's; None for a seed without one."""
     from evaluator.conv_seed import CONV_LIBRARY
 
-    starts = [seed.find(f"@triton.jit\ndef {name}(") for name in ("_store_tile", "_conv_kernel")]
+    starts = [seed.find(f"@triton.jit\ndef {name}(") for name in ("_epilogue", "_store_tile", "_conv_kernel")]
     start = min((s for s in starts if s >= 0), default=-1)
     end = seed.find("return count\n", start)
     if start < 0 or end < 0:
         return None
-    return seed[:start] + CONV_LIBRARY + seed[end + len("return count\n"):]
+    library = CONV_LIBRARY
+    if 'input_precision="tf32"' in seed[start:end]:  # a seed under the kernelbench tolerance: its dots in TF32
+        library = library.replace('input_precision="ieee"', 'input_precision="tf32"')
+    return seed[:start] + library + seed[end + len("return count\n"):]
 
 
 def _write(rows: list[dict]) -> dict:

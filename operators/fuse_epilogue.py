@@ -14,9 +14,13 @@ Correct by construction, as far as the rewrite reaches: the kernel's index ``xin
 offset into the convolution's output (it reads that output at ``xindex`` and nowhere else), so in
 the epilogue ``xindex`` becomes the tile's own output offsets (int32 where the output's size allows,
 as inductor's is), ``xmask`` the tile's mask, and the
-load of the output the tile's values, cast as the output stores them.  Each index it derives
-(``x1 = xindex // 4096 % 16``, a channel) and every other load and store follows unchanged, masked
-with the tile's mask.  Refused: a kernel other than inductor's pointwise one (a reduction, a
+load of the output the tile's values, cast as the output stores them.  An index that is the
+element's channel by the output's layout (``x1 = xindex // 4096 % 16``: the channel's stride and
+count) becomes the tile's columns (``cols``, its output channels), and a load at it is masked with
+theirs: a channel's parameters are loaded once a column, not gathered once an element, which on one
+H200 made the fused epilogue nearly free (l2_1's convolution 2.13 ms with its epilogue so, 4.03 as
+gathered, 2.63 with the pass as a kernel of its own: ``kernelbench_search.md``, section 30).  Every
+other index, load and store follows unchanged, masked with the tile's mask.  Refused: a kernel other than inductor's pointwise one (a reduction, a
 template), one with scalars besides ``xnumel`` or an ``xnumel`` other than the output's size, one
 that reads the output elsewhere than at ``xindex`` or reads ``XBLOCK``/``xoffset`` in its body, a
 store other than at ``xindex``, a store into another buffer while the output is read afterwards,
@@ -43,7 +47,10 @@ _NONE = ("no convolution whose output a pointwise kernel reads next "
 _DEFAULT_EPILOGUE = "tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask)"
 _HEADER = {"xoffset = tl.program_id(0) * XBLOCK", "xindex = xoffset + tl.arange(0, XBLOCK)[:]",
            "xmask = xindex < xnumel", "xmask = tl.full([XBLOCK], True, tl.int1)[:]"}
-_EPILOGUE_NAMES = {"acc", "out_ptr", "offsets", "mask"} | {f"ep{i}_ptr" for i in range(_OPERANDS)}
+_EPILOGUE_NAMES = {"acc", "out_ptr", "offsets", "mask", "cols", "col_mask"} | {f"ep{i}_ptr" for i in range(_OPERANDS)}
+# the library's epilogue parameters past the ep*_ptr operands: the tile's output channels and their mask
+# (a library from before they were added, in a resumed run's parents, lacks them)
+_COLUMNS = ("cols", "col_mask")
 
 
 @dataclass
@@ -108,14 +115,14 @@ def _accesses(node) -> list[ast.Call]:
     return [c for c in ast.walk(node) if isinstance(c, ast.Call) and ast.unparse(c.func) in ("tl.load", "tl.store")]
 
 
-def _masked(call: ast.Call) -> ast.Call:
-    """The access with the tile's mask: the positional mask or ``mask=`` replaced, or added."""
+def _masked(call: ast.Call, mask: str = "mask") -> ast.Call:
+    """The access with the tile's mask (or ``mask``): the positional mask or ``mask=`` replaced, or added."""
     call = ast.Call(call.func, list(call.args), [k for k in call.keywords if k.arg != "mask"])
     position = 1 if ast.unparse(call.func) == "tl.load" else 2
     if len(call.args) > position:
-        call.args[position] = ast.Name("mask", ast.Load())
+        call.args[position] = ast.Name(mask, ast.Load())
     else:
-        call.keywords.append(ast.keyword("mask", ast.Name("mask", ast.Load())))
+        call.keywords.append(ast.keyword("mask", ast.Name(mask, ast.Load())))
     return call
 
 
@@ -127,16 +134,62 @@ class _Replace(ast.NodeTransformer):
         return self.new if node is self.old else super().visit(node)
 
 
-def _epilogue_body(kernel: ast.FunctionDef, output: str, others: list[str], numel: int) -> list[str] | str:
+@dataclass(frozen=True)
+class _Channel:
+    """Where an element's output channel sits in its offset into a dense output: ``offset // stride
+    % count``; ``outermost``: no dimension of more than one element lies above it, so ``offset //
+    stride`` alone is the channel too."""
+
+    stride: int
+    count: int
+    outermost: bool
+
+    def computed_by(self, expr: ast.expr, identity: set[str]) -> bool:
+        """Whether ``expr`` is inductor's expression of the channel from ``xindex`` (or a name for it)."""
+        def const(node, value):
+            return isinstance(node, ast.Constant) and type(node.value) is int and node.value == value
+
+        def index(node):
+            return isinstance(node, ast.Name) and node.id in identity
+
+        def divided(node):  # xindex // stride (xindex itself at stride 1)
+            if self.stride == 1 and index(node):
+                return True
+            return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv) and index(node.left)
+                    and const(node.right, self.stride))
+
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and const(expr.right, self.count):
+            return divided(expr.left)
+        return self.outermost and self.stride > 1 and divided(expr)
+
+
+def _channel_of(call: ast.Call) -> _Channel | None:
+    """Where the channel (dimension 1) sits in the offsets of the output the convolution's call
+    states (``out_size``, ``out_stride``, dense: :func:`_dense_size`); None where it states none."""
+    named = {k.arg: k.value for k in call.keywords}
+    try:
+        size, stride = (ast.literal_eval(named[k]) for k in ("out_size", "out_stride"))
+    except (KeyError, ValueError, SyntaxError):
+        return None
+    if len(size) < 2 or len(size) != len(stride):
+        return None
+    above = [n for d, n in enumerate(size) if d != 1 and stride[d] > stride[1]]
+    return _Channel(int(stride[1]), int(size[1]), all(n == 1 for n in above))
+
+
+def _epilogue_body(kernel: ast.FunctionDef, output: str, others: list[str], numel: int,
+                   channel: _Channel | None = None) -> list[str] | str:
     """The pointwise ``kernel``'s body as the library's epilogue's, where its parameter ``output`` is
-    the convolution's output and ``others`` its other tensors; a reason where it must be refused."""
+    the convolution's output and ``others`` its other tensors; ``channel``: where the output's
+    channel sits in an element's offset, for an epilogue that takes the tile's columns (else None);
+    a reason where it must be refused."""
     name, body = kernel.name, copy.deepcopy(kernel.body)  # rewritten in place below
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # a docstring
     numels = [s for s in body if isinstance(s, ast.Assign) and ast.unparse(s.targets) == "xnumel"]
     if len(numels) != 1 or not isinstance(numels[0].value, ast.Constant) or numels[0].value.value != numel:
         return f"{name}: xnumel is not a literal {numel}, the convolution output's size"
-    statements, identity, stores = [], {"xindex"}, 0
+    statements, identity, columns, stores = [], {"xindex"}, set(), 0
     for stmt in body:
         if stmt is numels[0] or ast.unparse(stmt) in _HEADER:
             continue
@@ -146,6 +199,11 @@ def _epilogue_body(kernel: ast.FunctionDef, output: str, others: list[str], nume
             return f"{name}: a statement the epilogue cannot take: {ast.unparse(stmt)[:80]}"
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and ast.unparse(stmt.value) in identity:
             identity.add(ast.unparse(stmt.targets[0]))
+        if (channel is not None and isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name) and channel.computed_by(stmt.value, identity)):
+            columns.add(stmt.targets[0].id)  # the element's channel: the tile's columns
+            statements.append(ast.Assign([stmt.targets[0]], ast.Name("cols", ast.Load())))
+            continue
         calls = _accesses(stmt)
         if len(calls) > 1:
             return f"{name}: more than one load or store in a statement"
@@ -172,8 +230,8 @@ def _epilogue_body(kernel: ast.FunctionDef, output: str, others: list[str], nume
             if not at_output:
                 return f"{name}: it reads the convolution's output elsewhere than at xindex"
             new = ast.parse("acc.to(out_ptr.dtype.element_ty)", mode="eval").body
-        else:
-            new = _masked(call)
+        else:  # a channel's parameter once a column, anything else once an element
+            new = _masked(call, "col_mask" if ast.unparse(index).strip("()") in columns else "mask")
         statements.append(_Replace(call, new).visit(stmt))
     if not stores:
         return f"{name}: it stores nothing"
@@ -281,7 +339,8 @@ def _fusion_after(tree: ast.Module, call_fn: ast.FunctionDef, block: list[ast.st
         return f"{kernel.name}: {len(others)} other tensors, more than the epilogue's {_OPERANDS}"
     if args[-1].value != numel:
         return f"{kernel.name}: it runs over {args[-1].value} elements, the convolution's output has {numel}"
-    body = _epilogue_body(kernel, at_output[0], others, numel)
+    takes_columns = [a.arg for a in _function(tree, "_epilogue").args.args][-len(_COLUMNS):] == list(_COLUMNS)
+    body = _epilogue_body(kernel, at_output[0], others, numel, _channel_of(conv.value) if takes_columns else None)
     if isinstance(body, str):
         return body
     # every statement of _call after the launch (the return after an `if True:` block included)
@@ -298,11 +357,12 @@ def _fusion_after(tree: ast.Module, call_fn: ast.FunctionDef, block: list[ast.st
             name = ast.unparse(stmt.targets)
             if sum(name in _names(s) for s in tree.body if s is not stmt and s is not launcher) == 0:
                 dropped.append(stmt)
-    header = (f"@triton.jit\ndef _epilogue(acc, out_ptr, offsets, mask, "
-              f"{', '.join(f'ep{i}_ptr' for i in range(_OPERANDS))}):\n"
+    signature = ["acc", "out_ptr", "offsets", "mask", *(f"ep{i}_ptr" for i in range(_OPERANDS)),
+                 *(_COLUMNS if takes_columns else ())]
+    header = (f"@triton.jit\ndef _epilogue({', '.join(signature)}):\n"
               f"    # inductor's {kernel.name}, fused by operator fuse_epilogue:\n"
               "    # the output tile in registers (acc) where it read the convolution's output, the tile's\n"
-              "    # offsets and mask for xindex and xmask\n")
+              "    # offsets and mask for xindex and xmask" + (", its columns for the channel\n" if takes_columns else "\n"))
     text = header + "".join(f"    {line}\n" for line in body)
     conv_constants = sorted(n for n in _names(_function(tree, _called(conv))) if re.fullmatch(r"K\d+_NUM_WARPS", n))
     prefix = conv_constants[0][:-len("NUM_WARPS")] if conv_constants else ""

@@ -1,10 +1,12 @@
 """Operator fuse_epilogue: the pointwise kernel after a seed's convolution folded into its epilogue.
 Parent and child run in Triton's interpreter on the CPU (compiled on a GPU) against PyTorch."""
+import ast
+
 import pytest
 import torch
 
 from evaluator.conv_seed import CONV_LIBRARY, replace_convolutions
-from operators.fuse_epilogue import FuseEpilogue
+from operators.fuse_epilogue import FuseEpilogue, _Channel, _channel_of
 from tests.support.modules import load_source
 from tests.support.proposals import as_seed, child_of
 
@@ -39,12 +41,15 @@ def _launch_0({params}, xnumel):
 '''
 
 
-def _seed(conv: torch.nn.Conv2d, x_shape, *, in_place=True, read_at="x3", numel=None) -> str:
-    """A seed as the converter writes one for ``conv`` then the pointwise kernel above."""
+def _seed(conv: torch.nn.Conv2d, x_shape, *, in_place=True, read_at="x3", numel=None, channels_last=False) -> str:
+    """A seed as the converter writes one for ``conv`` then the pointwise kernel above (the
+    convolution's output laid out channels-last where asked, as inductor may ask for it)."""
     n, _, h, w = x_shape
     out = conv(torch.zeros(x_shape)).shape
     plane, channels = out[2] * out[3], out[1]
     size, stride = tuple(out), (channels * plane, plane, out[3], 1)
+    if channels_last:
+        stride = (channels * plane, 1, out[3] * channels, channels)
     shape = ", ".join(map(str, conv.weight.shape))
     lines = [f"assert_size_stride(arg0_1, ({shape}), (1, 1, 1, 1))",
              f"buf0 = extern_kernels.convolution(arg2_1, arg0_1, stride={conv.stride}, padding={conv.padding}, "
@@ -62,6 +67,8 @@ def _seed(conv: torch.nn.Conv2d, x_shape, *, in_place=True, read_at="x3", numel=
                  f"_launch_0(arg1_1, arg3_1, buf0, buf1, {numel or out.numel()})", "del buf0"]
     pointwise = POINTWISE.format(params=params, numel=numel or out.numel(), plane=plane, channels=channels,
                                  output=output, read_at=read_at, target=target, store_at=store_at)
+    if channels_last:  # the channel is the offset's last digit
+        pointwise = pointwise.replace(f"x1 = ((xindex // {plane}) % {channels})", f"x1 = xindex % {channels}")
     body = "\n".join(f"        {line}" for line in wrapper[1:2] + calls)
     return f'''import torch
 import triton
@@ -97,19 +104,26 @@ def _child(source: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("conv, x_shape", [
-    (torch.nn.Conv2d(4, 6, 3, padding=1), (2, 4, 5, 6)),  # 4 channels: the general loop
-    (torch.nn.Conv2d(16, 5, 3, stride=2), (1, 16, 7, 6)),  # 16: the taps loop
-    (torch.nn.Conv2d(3, 3, 3, padding=1, groups=3), (2, 3, 4, 5)),  # depthwise: the direct kernel
+@pytest.mark.parametrize("conv, x_shape, channels_last", [
+    (torch.nn.Conv2d(4, 6, 3, padding=1), (2, 4, 5, 6), False),  # 4 channels: the general loop
+    (torch.nn.Conv2d(16, 5, 3, stride=2), (1, 16, 7, 6), False),  # 16: the taps loop
+    (torch.nn.Conv2d(3, 3, 3, padding=1, groups=3), (2, 3, 4, 5), False),  # depthwise: the direct kernel
+    (torch.nn.Conv2d(4, 6, 3, padding=1), (2, 4, 5, 6), True),  # the output channels-last
 ])
 @pytest.mark.parametrize("in_place", [True, False])
-def test_the_pointwise_kernel_runs_in_the_convolutions_epilogue_and_gives_its_result(conv, x_shape, in_place,
-                                                                                     tmp_path):
+def test_the_pointwise_kernel_runs_in_the_convolutions_epilogue_and_gives_its_result(conv, x_shape, channels_last,
+                                                                                     in_place, tmp_path):
+    if channels_last and not in_place:
+        pytest.skip("the kernel's own buffer is indexed as NCHW (x0, x4), which a channels-last output is not")
     torch.manual_seed(0)
-    seed = _seed(conv, x_shape, in_place=in_place)
+    seed = _seed(conv, x_shape, in_place=in_place, channels_last=channels_last)
     applies, proposal = _child(seed)
     assert applies and proposal.source is not None, proposal.note
     child = proposal.source
+    # the channel is the tile's columns, its parameters loaded once a column
+    epilogue = child.split("def _epilogue(")[1].split("@triton.jit")[0]
+    assert "x1 = cols" in epilogue and "tl.load(ep0_ptr + x1, col_mask" in epilogue
+    assert ", tmp6, mask)" in epilogue  # the store: once an element
     # one launch fewer: the kernel, its launcher and its tunables are gone, its tensors passed along
     assert "triton_poi_fused" not in child.split("def _epilogue(")[0] and "_launch_0(" not in child
     assert "K0_BLOCK_X" not in child
@@ -128,6 +142,38 @@ def test_the_pointwise_kernel_runs_in_the_convolutions_epilogue_and_gives_its_re
     torch.testing.assert_close(got_parent, expected, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(got_child, expected, atol=1e-4, rtol=1e-4)
     assert got_child.stride() == got_parent.stride()
+
+
+def test_the_channel_is_recognised_by_the_outputs_layout_and_nothing_else_is():
+    def channel(size, stride):
+        return _channel_of(ast.parse(f"f(x, out_size={size}, out_stride={stride})", mode="eval").body)
+
+    def computes(layout, text, identity=("xindex", "x3")):
+        return layout.computed_by(ast.parse(text, mode="eval").body, set(identity))
+
+    nchw = channel((2, 6, 5, 4), (120, 20, 4, 1))
+    assert nchw == _Channel(20, 6, False)
+    assert computes(nchw, "xindex // 20 % 6") and computes(nchw, "((x3 // 20) % 6)")
+    assert not computes(nchw, "xindex // 20")  # the batch lies above it: not the channel alone
+    assert not computes(nchw, "xindex // 4 % 6") and not computes(nchw, "xindex // 20 % 5")
+    assert not computes(nchw, "x0 // 20 % 6")  # not the element's offset
+    assert computes(channel((1, 6, 5, 4), (120, 20, 4, 1)), "xindex // 20")  # batch 1: outermost
+    last = channel((2, 6, 5, 4), (120, 1, 24, 6))  # channels-last
+    assert computes(last, "xindex % 6") and not computes(last, "xindex // 6 % 6")
+    assert channel((2, 6), (6, 1)) == _Channel(1, 6, False) and channel((1, 6), (6, 1)).outermost
+    assert _channel_of(ast.parse("f(x)", mode="eval").body) is None  # no layout stated
+
+
+def test_a_parent_whose_library_predates_the_columns_keeps_the_gather():
+    # a resumed run's parents carry the library as it was: an epilogue without cols, col_mask
+    old = _seed(torch.nn.Conv2d(4, 6, 3, padding=1), (2, 4, 5, 6)).replace(
+        "ep4_ptr, ep5_ptr, cols, col_mask):", "ep4_ptr, ep5_ptr):").replace(
+        ", channels[None, :], n_mask[None, :])", ")").replace(", group, True)", ")")
+    assert "ep5_ptr, cols" not in old and "channels[None, :], n_mask" not in old
+    child = _child(old)[1].source
+    epilogue = child.split("def _epilogue(")[1].split("@triton.jit")[0]
+    assert epilogue.startswith("acc, out_ptr, offsets, mask, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr):")
+    assert "x1 = xindex // 30 % 6" in epilogue and "tl.load(ep0_ptr + x1, mask" in epilogue and "cols" not in epilogue
 
 
 def test_what_the_epilogue_cannot_take_is_refused_with_its_reason():
