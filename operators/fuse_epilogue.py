@@ -376,7 +376,9 @@ def _warps_for_math(child: str, f: _Fusion) -> str:
     """``child`` with the convolution's warps doubled until its tile holds at most 32 outputs a
     thread, where the fused epilogue calls libdevice (tanh, exp, log1p, erf: registers beside the
     tile's accumulators; on two H200s such children of 128 x 64 tiles ran 1.5-1.8x their parents'
-    time in four warps, 1.16-1.33x in eight: section 18)."""
+    time in four warps, 1.16-1.33x in eight: section 18).  With the parameters loaded once a column
+    (section 30, one H200) the rule still paid on two of three (l2_82, l2_87; l2_7 ran 1.08x faster
+    without it), and at 128 x 128 tiles no warp count of 4, 8 or 16 won on all of l2_4, l2_46, l2_93."""
     if "libdevice." not in f.epilogue or not f.prefix:
         return child
     values = {t.name: t for t in find_tunables(child)}
