@@ -21,10 +21,8 @@ Medians of ``triton.testing.do_bench`` (L2 flushed between runs), one GPU.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -32,6 +30,9 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # conv_tile_probe
+from conv_tile_probe import module_of  # noqa: E402
+
 from evaluator.conv_library import module_text  # noqa: E402
 
 _DEFAULT = "    tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask)\n"
@@ -69,15 +70,6 @@ def variant_text(body: str | None, channels: int, spatial: int, columns: bool) -
                  + body.format(ch="x1", m="mask", at="xindex"))
     lines = lines.replace("triton_helpers.maximum", "tl.maximum")
     return text.replace(_DEFAULT, "".join(f"    {line}\n" for line in lines.splitlines()))
-
-
-def load(text: str, label: str):
-    path = Path(tempfile.mkdtemp()) / f"conv_epilogue_{label}.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(f"conv_epilogue_{label}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @triton.jit
@@ -118,8 +110,8 @@ def main() -> None:
             if body == "bias_relu_bias":
                 ref = torch.relu(ref) + second[None, :, None, None]
         channels, spatial = ref.shape[1], ref.shape[2] * ref.shape[3]
-        libs = {label: load(variant_text(None if label == "plain" else BODIES[body], channels, spatial,
-                                         label == "columns"), f"{name}_{label}")
+        libs = {label: module_of(variant_text(None if label == "plain" else BODIES[body], channels, spatial,
+                                              label == "columns"), f"conv_epilogue_{name}_{label}")
                 for label in ("plain", "xindex", "columns")}
 
         def conv(lib, tile, epilogue=()):

@@ -51,9 +51,14 @@ def library(precision: str, path: Path = HERE, label: str = "now"):
     source = library_source(Path(path))
     if precision != "ieee":
         source = source.replace('input_precision="ieee"', f'input_precision="{precision}"')
-    path = Path(tempfile.mkdtemp()) / f"conv_{label}_{precision}.py"
+    return module_of(source, f"conv_{label}_{precision}")
+
+
+def module_of(source: str, name: str):
+    """``source`` as a module of its own file (Triton reads a kernel's source from its file)."""
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"conv_{label}_{precision}", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -40,6 +40,7 @@ import numpy as np
 from evo.core.kernel_facts import grid_launches, top_level_kernels
 from evo.core.kernel_source import find_tunables, parse, with_values
 from operators.base import Context, Operator, Proposal
+from operators.conv_output import Channel, channel_of, dense_size
 
 _OPERANDS = 6  # the library's ep0_ptr ... ep5_ptr
 _NONE = ("no convolution whose output a pointwise kernel reads next "
@@ -134,51 +135,8 @@ class _Replace(ast.NodeTransformer):
         return self.new if node is self.old else super().visit(node)
 
 
-@dataclass(frozen=True)
-class _Channel:
-    """Where an element's output channel sits in its offset into a dense output: ``offset // stride
-    % count``; ``outermost``: no dimension of more than one element lies above it, so ``offset //
-    stride`` alone is the channel too."""
-
-    stride: int
-    count: int
-    outermost: bool
-
-    def computed_by(self, expr: ast.expr, identity: set[str]) -> bool:
-        """Whether ``expr`` is inductor's expression of the channel from ``xindex`` (or a name for it)."""
-        def const(node, value):
-            return isinstance(node, ast.Constant) and type(node.value) is int and node.value == value
-
-        def index(node):
-            return isinstance(node, ast.Name) and node.id in identity
-
-        def divided(node):  # xindex // stride (xindex itself at stride 1)
-            if self.stride == 1 and index(node):
-                return True
-            return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv) and index(node.left)
-                    and const(node.right, self.stride))
-
-        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and const(expr.right, self.count):
-            return divided(expr.left)
-        return self.outermost and self.stride > 1 and divided(expr)
-
-
-def _channel_of(call: ast.Call) -> _Channel | None:
-    """Where the channel (dimension 1) sits in the offsets of the output the convolution's call
-    states (``out_size``, ``out_stride``, dense: :func:`_dense_size`); None where it states none."""
-    named = {k.arg: k.value for k in call.keywords}
-    try:
-        size, stride = (ast.literal_eval(named[k]) for k in ("out_size", "out_stride"))
-    except (KeyError, ValueError, SyntaxError):
-        return None
-    if len(size) < 2 or len(size) != len(stride):
-        return None
-    above = [n for d, n in enumerate(size) if d != 1 and stride[d] > stride[1]]
-    return _Channel(int(stride[1]), int(size[1]), all(n == 1 for n in above))
-
-
 def _epilogue_body(kernel: ast.FunctionDef, output: str, others: list[str], numel: int,
-                   channel: _Channel | None = None) -> list[str] | str:
+                   channel: Channel | None = None) -> list[str] | str:
     """The pointwise ``kernel``'s body as the library's epilogue's, where its parameter ``output`` is
     the convolution's output and ``others`` its other tensors; ``channel``: where the output's
     channel sits in an element's offset, for an epilogue that takes the tile's columns (else None);
@@ -271,27 +229,9 @@ def _fusion(tree: ast.Module) -> _Fusion | str:
     return "; ".join(refusals) or _NONE
 
 
-def _dense_size(call: ast.Call) -> int | None:
-    """The elements of the convolution's output where its call states a layout (``out_size``,
-    ``out_stride``) that holds them densely, every offset below their count one element's; else None."""
-    named = {k.arg: k.value for k in call.keywords}
-    try:
-        size, stride = (ast.literal_eval(named[k]) for k in ("out_size", "out_stride"))
-    except (KeyError, ValueError, SyntaxError):
-        return None
-    if len(size) != len(stride) or any(n < 1 for n in size):
-        return None
-    expected = 1
-    for n, step in sorted(zip(size, stride), key=lambda d: (d[1], d[0])):
-        if n > 1 and step != expected:
-            return None
-        expected *= n
-    return expected
-
-
 def _fusion_after(tree: ast.Module, call_fn: ast.FunctionDef, block: list[ast.stmt], i: int) -> _Fusion | str:
     conv = block[i]
-    numel = _dense_size(conv.value)
+    numel = dense_size(conv.value)
     if numel is None:
         return f"{conv.targets[0].id}: the convolution's call states no dense layout (out_size, out_stride)"
     aliases, allocated = {conv.targets[0].id}, {}
@@ -340,7 +280,7 @@ def _fusion_after(tree: ast.Module, call_fn: ast.FunctionDef, block: list[ast.st
     if args[-1].value != numel:
         return f"{kernel.name}: it runs over {args[-1].value} elements, the convolution's output has {numel}"
     takes_columns = [a.arg for a in _function(tree, "_epilogue").args.args][-len(_COLUMNS):] == list(_COLUMNS)
-    body = _epilogue_body(kernel, at_output[0], others, numel, _channel_of(conv.value) if takes_columns else None)
+    body = _epilogue_body(kernel, at_output[0], others, numel, channel_of(conv.value) if takes_columns else None)
     if isinstance(body, str):
         return body
     # every statement of _call after the launch (the return after an `if True:` block included)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from evaluator.conv_seed import CONV_LIBRARY, replace_convolutions
-from operators.fuse_epilogue import FuseEpilogue, _Channel, _channel_of
+from operators.conv_output import Channel, channel_of
+from operators.fuse_epilogue import FuseEpilogue
 from tests.support.modules import load_source
 from tests.support.proposals import as_seed, child_of
 
@@ -146,13 +147,13 @@ def test_the_pointwise_kernel_runs_in_the_convolutions_epilogue_and_gives_its_re
 
 def test_the_channel_is_recognised_by_the_outputs_layout_and_nothing_else_is():
     def channel(size, stride):
-        return _channel_of(ast.parse(f"f(x, out_size={size}, out_stride={stride})", mode="eval").body)
+        return channel_of(ast.parse(f"f(x, out_size={size}, out_stride={stride})", mode="eval").body)
 
     def computes(layout, text, identity=("xindex", "x3")):
         return layout.computed_by(ast.parse(text, mode="eval").body, set(identity))
 
     nchw = channel((2, 6, 5, 4), (120, 20, 4, 1))
-    assert nchw == _Channel(20, 6, False)
+    assert nchw == Channel(20, 6, False)
     assert computes(nchw, "xindex // 20 % 6") and computes(nchw, "((x3 // 20) % 6)")
     assert not computes(nchw, "xindex // 20")  # the batch lies above it: not the channel alone
     assert not computes(nchw, "xindex // 4 % 6") and not computes(nchw, "xindex // 20 % 5")
@@ -160,8 +161,8 @@ def test_the_channel_is_recognised_by_the_outputs_layout_and_nothing_else_is():
     assert computes(channel((1, 6, 5, 4), (120, 20, 4, 1)), "xindex // 20")  # batch 1: outermost
     last = channel((2, 6, 5, 4), (120, 1, 24, 6))  # channels-last
     assert computes(last, "xindex % 6") and not computes(last, "xindex // 6 % 6")
-    assert channel((2, 6), (6, 1)) == _Channel(1, 6, False) and channel((1, 6), (6, 1)).outermost
-    assert _channel_of(ast.parse("f(x)", mode="eval").body) is None  # no layout stated
+    assert channel((2, 6), (6, 1)) == Channel(1, 6, False) and channel((1, 6), (6, 1)).outermost
+    assert channel_of(ast.parse("f(x)", mode="eval").body) is None  # no layout stated
 
 
 def test_a_parent_whose_library_predates_the_columns_keeps_the_gather():
