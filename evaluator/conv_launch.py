@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from evaluator.conv_kernel import _conv_direct_kernel, _conv_kernel, _conv_taps_kernel
+from evaluator.conv_shifted import _conv_shifted_kernel
 
 # --- seed ---
 
@@ -50,6 +51,17 @@ def _split_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _store_copy(to, tile, mask, SPLIT: tl.constexpr, lo):
+    # a copy's tile stored as it is, or (SPLIT) its TF32 parts, the second lo elements after the first
+    if SPLIT:
+        big, small = _tf32_parts(tile)
+        tl.store(to, big, mask=mask)
+        tl.store(to + lo, small, mask=mask)
+    else:
+        tl.store(to, tile, mask=mask)
+
+
+@triton.jit
 def _channels_last_kernel(x_ptr, y_ptr, C, S, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr,
                           SPLIT: tl.constexpr = False, lo=0):
     # One (channels, positions) tile of a contiguous (N, C, S) input, written to (N, S, C): Triton
@@ -61,12 +73,30 @@ def _channels_last_kernel(x_ptr, y_ptr, C, S, BLOCK_C: tl.constexpr, BLOCK_S: tl
     mask = (offs_c[:, None] < C) & (offs_s[None, :] < S)
     tile = tl.load(x_ptr + base + offs_c[:, None].to(tl.int64) * S + offs_s[None, :], mask=mask)
     to = y_ptr + base + offs_s[None, :].to(tl.int64) * C + offs_c[:, None]
-    if SPLIT:
-        big, small = _tf32_parts(tile)
-        tl.store(to, big, mask=mask)
-        tl.store(to + lo, small, mask=mask)
-    else:
-        tl.store(to, tile, mask=mask)
+    _store_copy(to, tile, mask, SPLIT, lo)
+
+
+@triton.jit
+def _padded_copy_kernel(x_ptr, y_ptr, C, D, H, W, DP, HP, WP, lead_d, lead_h, lead_w, sxn, sxc, sxd, sxh, sxw,
+                        BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr, SPLIT: tl.constexpr = False, lo=0):
+    # One (channels, positions) tile of the zero-padded channels-last copy (N, DP, HP, WP, C) of an
+    # (N, C, D, H, W) input placed lead_* in (evaluator/conv_shifted.py): every position written,
+    # zero where it falls outside the input.  SPLIT: its TF32 parts, the second lo elements on.
+    offs_s = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)
+    offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    batch = tl.program_id(2).to(tl.int64)
+    i_w = offs_s % WP - lead_w
+    i_h = offs_s // WP % HP - lead_h
+    i_d = offs_s // (WP * HP) - lead_d
+    s_mask = offs_s < DP * HP * WP
+    inside = s_mask & (i_w >= 0) & (i_w < W) & (i_h >= 0) & (i_h < H) & (i_d >= 0) & (i_d < D)
+    c_mask = offs_c < C
+    at = (x_ptr + batch * sxn + offs_c[:, None].to(tl.int64) * sxc
+          + (i_d.to(tl.int64) * sxd + i_h.to(tl.int64) * sxh + i_w.to(tl.int64) * sxw)[None, :])
+    tile = tl.load(at, mask=c_mask[:, None] & inside[None, :], other=0.0)
+    to = y_ptr + (batch * (DP * HP * WP) + offs_s[None, :]) * C + offs_c[:, None]
+    mask = c_mask[:, None] & s_mask[None, :]
+    _store_copy(to, tile, mask, SPLIT, lo)
 
 
 def _channels_last(x, split=False):
@@ -110,14 +140,18 @@ def _spatial3(values, fill):
 def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,), transposed=False,
                  output_padding=(0,), groups=1, *, out_size=None, out_stride=None, epilogue=(),
                  block_m=64, block_n=32, block_k=32, num_warps=4, num_stages=2, taps_loop=None,
-                 channels_last=False, split=False):
+                 channels_last=False, split=False, shifted=False):
     """``aten.convolution`` in Triton; the output gets ``out_size``/``out_stride`` where the
     compiled graph expects a particular layout, else it is contiguous.  ``taps_loop``: the taps
     kernel (True), the general one (False), or the taps kernel from 16 channels a group (None);
     ``channels_last``: the taps kernel gathers from a channels-last copy of the input; ``split``
     (fp32, the taps or the general kernel): three TF32 products of operands split as they are
     copied (the input's copy made channels-last where the taps kernel gathers so); ``epilogue``:
-    up to six tensors, the ``ep*_ptr`` operands of ``_epilogue``."""
+    up to six tensors, the ``ep*_ptr`` operands of ``_epilogue``; ``shifted``: where the taps
+    loop gathers channels-last at stride 1 and the GPU has TMA, shifted windows over a zero-padded
+    channels-last copy instead (``evaluator/conv_shifted.py``).  With exact fp32 products the
+    shifted kernel ran 3-60x slower than the gather on an H200 (``kernelbench_search.md``, section
+    31): seeds switch it on in TF32, or with split operands."""
     dims = x.dim() - 2
     kernel = list(weight.shape[2:])
     stride, padding, dilation, output_padding = (
@@ -164,6 +198,10 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     # asks for the taps kernel (by Triton 3.6's SASS for sm_90 in TF32 channels-last, still 2.4-3.6x
     # fewer instructions with 8 or 3 channels: kernelbench_search.md section 16; not timed).
     if (c_group >= 16 and taps_loop is not False) or taps_loop:
+        if shifted and channels_last and _shifts(x, stride, c_group, groups, block_k, spatial, dilation, kernel):
+            _shifted_convolution(x, weight, b_arg, out, operands, spatial, transposed, padding, dilation, groups,
+                                 block_m, block_n, block_k, num_warps, num_stages, split, bias is not None)
+            return out
         strides = _spatial3(stride, 1) if transposed else [1, 1, 1]  # rows a phase, per dimension
         quotients = [-(-n // s) for n, s in zip(_spatial3(spatial, 1), strides)]
         m_phase = batch * _count(quotients)
@@ -212,6 +250,67 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     return out
 
 
+def _shifts(x, stride, c_group, groups, block_k, spatial, dilation, kernel) -> bool:
+    """Whether the shifted-window kernel can run this convolution here: stride 1, TMA (sm_90 on, or
+    Triton's interpreter on the CPU), rows of the copy and of the packed weight 16-byte aligned,
+    with groups, a group's channels whole blocks (a box past them would read the next group's), the
+    copy's rows counted in int32 (TMA's coordinates), and few of them outside the output
+    (``_SHIFTED_WASTE``)."""
+    if any(int(s) != 1 for s in stride) or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return False
+    padded = _count(n + d * (k - 1) for n, d, k in zip(spatial, dilation, kernel))
+    if x.shape[0] * padded >= _INT32_SPAN or padded > _SHIFTED_WASTE * _count(spatial):
+        return False
+    if x.device.type == "cuda" and torch.cuda.get_device_capability(x.device)[0] < 9:
+        return False
+    aligned = 16 // x.element_size()
+    block = max(16, min(block_k, triton.next_power_of_2(c_group)))
+    return c_group % aligned == 0 and (groups == 1 or c_group % block == 0)
+
+
+def _shifted_convolution(x, weight, b_arg, out, operands, spatial, transposed, padding, dilation, groups,
+                         block_m, block_n, block_k, num_warps, num_stages, split, has_bias):
+    """``out`` from shifted windows over a zero-padded channels-last copy of ``x``
+    (``evaluator/conv_shifted.py``); split: each operand's TF32 parts, three products."""
+    from triton.tools.tensor_descriptor import TensorDescriptor  # Triton 3.4 on; only where TMA runs
+
+    kernel = list(weight.shape[2:])
+    # along each dimension: the buffer spans out + d * (K - 1) positions, the input placed `lead` in
+    reach = [d * (k - 1) for d, k in zip(dilation, kernel)]
+    lead = [r - p if transposed else p for r, p in zip(reach, padding)]
+    padded = [n + r for n, r in zip(spatial, reach)]
+    batch, channels = x.shape[0], x.shape[1]
+    c_group, o_group = channels // groups, out.shape[1] // groups
+    rows = batch * _count(padded)
+    copies = torch.empty((1 + split, rows, channels), dtype=x.dtype, device=x.device)
+    positions = _count(padded)
+    grid = lambda meta: (triton.cdiv(positions, meta["BLOCK_S"]), triton.cdiv(channels, meta["BLOCK_C"]),  # noqa: E731
+                         batch)
+    _padded_copy_kernel[grid](x, copies, channels, *_spatial3(x.shape[2:], 1), *_spatial3(padded, 1),
+                              *_spatial3(lead, 0), *_layout(x), BLOCK_C=32, BLOCK_S=64, SPLIT=split,
+                              lo=copies[0].numel())
+    taps = _count(kernel)
+    by_input = weight.reshape(groups, c_group, o_group, taps) if transposed else \
+        weight.reshape(groups, o_group, c_group, taps).transpose(1, 2)
+    packed = by_input.permute(0, 3, 2, 1).reshape(groups * taps * o_group, c_group).contiguous()
+    if split:  # the TF32 parts, then the rest one copy's length on
+        big = _split(packed)
+        packed = [big, big.as_strided(big.shape, big.stride(), big.storage_offset() + big.numel())]
+    else:
+        packed = [packed]
+    block_k = max(16, min(block_k, triton.next_power_of_2(c_group)))
+    x_descs = [TensorDescriptor.from_tensor(copy, [block_m, block_k]) for copy in copies]
+    w_descs = [TensorDescriptor.from_tensor(part, [block_n, block_k]) for part in packed]
+    grid = (triton.cdiv(rows, block_m), triton.cdiv(o_group, block_n), groups)
+    kd, kh, kw = _spatial3(kernel, 1)
+    _conv_shifted_kernel[grid](x_descs[0], w_descs[0], b_arg, out, *operands, *_spatial3(padded, 1),
+                               *_spatial3(spatial, 1), rows, c_group, o_group, *_layout(out),
+                               *_spatial3(dilation, 1), KD=kd, KH=kh, KW=kw, TRANSPOSED=bool(transposed),
+                               HAS_BIAS=has_bias, IEEE=x.dtype == torch.float32, BLOCK_M=block_m,
+                               BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split, x_small_desc=x_descs[-1],
+                               w_small_desc=w_descs[-1], num_warps=num_warps, num_stages=num_stages)
+
+
 def _gather_checks(transposed, stride, padding) -> dict:
     """How the general and direct kernels find a tap's input: per element where transposed with a
     stride (PHASED), else a row's address plus a tap's, bounds checked only along dimensions where a
@@ -223,6 +322,12 @@ def _gather_checks(transposed, stride, padding) -> dict:
 
 # the largest span of input offsets the general kernel gathers in int32
 _INT32_SPAN = 2 ** 30
+
+# Shifted windows compute every row of the padded copy, outputs or not: beyond this many rows an
+# output the gather runs instead.  On one H200 with split operands (kernelbench_search.md, section
+# 31) l2_77's 3-D convolution (1.48 rows an output, kernel 5 on 20 x 36 x 36 outputs) ran 1.14x
+# slower shifted; l2_13's (1.10) 1.10x faster.
+_SHIFTED_WASTE = 1.25
 
 # Whether this Triton lays a gathered tile's lanes along its first dimension where it cannot tell
 # which runs along consecutive addresses (3.6 and before; 3.7 and after, the last): the kernels'

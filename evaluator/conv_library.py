@@ -16,7 +16,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 # in the order a seed carries them: what the kernels share, the kernels, then what launches them
-PARTS = (HERE / "conv_geometry.py", HERE / "conv_kernel.py", HERE / "conv_launch.py")
+PARTS = (HERE / "conv_geometry.py", HERE / "conv_kernel.py", HERE / "conv_shifted.py", HERE / "conv_launch.py")
 SEED_LINE = "# --- seed ---\n"
 _IMPORTS = "import torch\nimport triton\nimport triton.language as tl\n"
 

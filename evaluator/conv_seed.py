@@ -57,6 +57,8 @@ def seed_tile(weight_shape: tuple[int, ...] | None, transposed: bool, groups: in
     taps_first = _taps_loop_first(weight_shape, transposed, groups, strided)
     if precision == "ieee" and taps_first and per_group >= WIDE_SPLIT_CHANNELS:
         return WIDE_SPLIT_TILE
+    if precision == "tf32" and taps_first and not strided and per_group >= 64:
+        return SHIFTED_WIDE_TILE if per_group >= WIDE_TF32_CHANNELS else SHIFTED_TILE
     if precision == "tf32" and taps_first and per_group >= WIDE_TF32_CHANNELS:
         return WIDE_TF32_TILE
     if per_group > 16 and not taps_first:
@@ -95,6 +97,35 @@ WIDE_SPLIT_TILE = (128, 128, 16, 8, 3)
 # 256 x 128 x 32 in eight warps was faster on two of them only, by 0.2% at most.
 WIDE_TF32_CHANNELS = 128
 WIDE_TF32_TILE = (128, 128, 32, 4, 3)
+
+
+# A call site starting in the taps loop at stride 1 in TF32 runs shifted windows over a padded
+# channels-last copy (evaluator/conv_shifted.py) from these tiles: 64 output channels a group or
+# more, and 128 or more.  On one H200 (experiments/kernelbench_search.md, section 31; the
+# convolution alone, its copy included) the first was the fastest of five tiles or within 5% of it
+# on the six such convolutions of the sample with 64 (l1_57 4.42 ms, cuDNN 5.18), the second on
+# both with 128 (l1_69 2.23 ms, cuDNN 2.60; l2_1 1.48, cuDNN 2.73).
+SHIFTED_TILE = (128, 64, 32, 4, 3)
+SHIFTED_WIDE_TILE = (128, 128, 32, 8, 3)
+
+
+def shifted_first(weight_shape: tuple[int, ...], transposed: bool, groups: int, precision: str,
+                  strided: bool) -> bool:
+    """Whether a call site starting in the taps loop starts from shifted windows over a padded
+    channels-last copy (``evaluator/conv_shifted.py``; the launch runs them at stride 1 only, where
+    the GPU has TMA and the taps loop gathers channels-last).  On one H200 (``kernelbench_search.md``,
+    section 31), in TF32 at the sample's stride-1 convolutions from 16 channels a group, 1.16-2.5x
+    faster than the gather it replaces (l1_57 6.59 to 4.42 ms, l2_10 6.36 to 4.41, l1_68 13.96 to
+    8.18), the copy included; with three TF32 products of split operands 1.05-1.27x faster than the
+    split gather on 7 of 8 (l1_74, 1-D, 1.15x slower: a strict 1-D site gets no switch); with exact
+    products 3-60x slower (the switch starts off there; the strict twin, split, turns it on:
+    ``evo.core.dot_precision``).  Below 16
+    channels a group the general loop comes first, and faster: l2_67's 8 channels 1.68 ms against
+    2.06 shifted.  Below 64 output channels a group (tiles of 32 or 16) the split twin ran 1.04-1.33x
+    slower shifted on all three of levels 1 and 2 (l1_58, l1_61, l1_70): the switch starts off there,
+    in either precision."""
+    inputs, outputs = _per_group(weight_shape, transposed, groups)
+    return precision == "tf32" and not strided and inputs >= 16 and outputs >= 64
 
 
 def channels_last_first(weight_shape: tuple[int, ...], transposed: bool, groups: int, precision: str,
@@ -215,9 +246,15 @@ def replace_convolutions(lines: list[str], first_index: int, precision: str = "i
             # evo.core.dot_precision.seed_kernels; in the general loop it ran 1.23-1.54x slower than
             # exact products on an H100, kernelbench_search.md section 22: the search's to switch on)
             gather = channels_last_first(*shape, precision, strided)
+            shifted = ""
             if taps_first:
                 names[:0] = [f"K{index}_USE_TAPS_LOOP = 1", f"K{index}_USE_CHANNELS_LAST = {int(gather)}"]
                 gather = f"K{index}_USE_CHANNELS_LAST == 1"
+                # shifted windows, where the taps loop gathers channels-last at stride 1; not offered to a
+                # strict 1-D site, whose split twin ran 1.15x slower for them (shifted_first)
+                if not strided and (precision == "tf32" or len(shape[0]) > 3):
+                    names.insert(2, f"K{index}_USE_SHIFTED_WINDOWS = {int(shifted_first(*shape, precision, strided))}")
+                    shifted = f", shifted=K{index}_USE_SHIFTED_WINDOWS == 1"
             else:
                 names.insert(0, f"K{index}_USE_TAPS_LOOP = 0")
             split = ""
@@ -225,7 +262,7 @@ def replace_convolutions(lines: list[str], first_index: int, precision: str = "i
                 names.insert(2 if taps_first else 1, f"K{index}_USE_SPLIT_TF32 = 0")
                 split = f", split=K{index}_USE_SPLIT_TF32 == 1"
             choice = (f", taps_loop=K{index}_USE_TAPS_LOOP == 1,\n"
-                      f"                        channels_last={gather}{split}")
+                      f"                        channels_last={gather}{split}{shifted}")
         constants.append("\n".join(names))
         launchers.append(f"def _launch_{index}(*args, **kwargs):\n"
                          f"    return _convolution(*args, **kwargs, block_m=K{index}_BLOCK_M, block_n=K{index}_BLOCK_N,"

@@ -97,9 +97,12 @@ def run_tile(lib, module, x, tile, variant: str = "ieee"):
 def gather(variant: str) -> dict:
     """``_convolution``'s switches a variant names after its precision: ``-cl`` channels-last;
     ``-taps`` / ``-general`` the taps or the general reduction loop (else the library's choice);
-    ``split``, three TF32 products of operands split as they are copied (with the library's IEEE text)."""
+    ``split``, three TF32 products of operands split as they are copied (with the library's IEEE text);
+    ``-shift`` shifted windows over a padded channels-last copy (stride 1, TMA)."""
     name, *flags = variant.split("-")
     kwargs = {"channels_last": True} if "cl" in flags else {}
+    if "shift" in flags:
+        kwargs["shifted"] = True
     if "taps" in flags or "general" in flags:
         kwargs["taps_loop"] = "taps" in flags
     return {**kwargs, "split": True} if name == "split" else kwargs

@@ -9,9 +9,14 @@ def test_a_seed_starts_from_a_tile_suited_to_its_output_channels_and_loop():
     def tile(shape, transposed=False, groups=1, strided=False, precision="tf32"):
         return seed_tile(shape, transposed, groups, strided=strided, precision=precision)
 
-    assert tile((128, 64, 3, 3)) == (128, 128, 32, 4, 3)  # 128 outputs in TF32: WIDE_TF32_TILE
-    assert tile((64, 128, 3, 5), transposed=True) == (128, 128, 32, 4, 3)  # transposed: (in, out, ...)
-    assert tile((64, 64, 3, 3)) == (128, 64, 16, 4, 3)  # 64 outputs: the wide tile
+    # TF32 at stride 1 from 16 inputs: shifted windows (SHIFTED_TILE, SHIFTED_WIDE_TILE)
+    assert tile((128, 64, 3, 3)) == (128, 128, 32, 8, 3)
+    assert tile((64, 128, 3, 5), transposed=True) == (128, 128, 32, 8, 3)  # transposed: (in, out, ...)
+    assert tile((64, 64, 3, 3)) == (128, 64, 32, 4, 3)
+    # with a stride, the gather: 128 outputs WIDE_TF32_TILE, 64 the wide tile
+    assert tile((128, 64, 3, 3), strided=True) == (128, 128, 32, 4, 3)
+    assert tile((64, 64, 3, 3), strided=True) == (128, 64, 16, 4, 3)
+    assert tile((64, 64, 3, 3), precision="ieee") == (128, 64, 16, 4, 3)
     assert tile((128, 64, 3, 3), precision="ieee") == (128, 128, 16, 8, 3)  # exact, taps loop: WIDE_SPLIT_TILE
     assert tile((128, 8, 3, 3), precision="ieee") == (128, 64, 16, 4, 2)  # ... not in the general loop's
     assert tile((64, 8, 3, 3)) == (128, 64, 16, 4, 2)  # 8 inputs, 64 outputs: the general loop's wide tile
@@ -48,6 +53,7 @@ def test_the_weights_shape_is_read_from_inductors_wrapper():
     ((3, 16, 3, 3, 3), True, 1, 1, 0),  # ... at stride 1 it has none to skip
     ((64, 1, 3, 3), False, 64, 1, None),  # depthwise: the direct kernel
     ((16, 1, 5), True, 16, 2, None),  # transposed depthwise
+    ((32, 64, 5), True, 1, 1, 1),  # 1-D at stride 1: shifted windows in TF32 only
 ])
 @pytest.mark.parametrize("precision", ["ieee", "tf32"])
 def test_a_call_site_that_can_run_either_loop_gets_a_switch(weight, transposed, groups, stride, taps_first, precision):
@@ -68,6 +74,13 @@ def test_a_call_site_that_can_run_either_loop_gets_a_switch(weight, transposed, 
     assert (f"K0_USE_CHANNELS_LAST = {gather}" in constants[0]) is (taps_first == 1)
     assert ("channels_last=K0_USE_CHANNELS_LAST == 1" in launchers[0]) is (taps_first == 1)
     assert (f"channels_last={bool(gather)}" in launchers[0]) is (taps_first == 0)
+    # shifted windows where the taps loop comes first at stride 1: on in TF32 from 16 inputs and 64
+    # outputs a group, else off (the strict twin turns it on from 64 outputs: evo.core.dot_precision)
+    shifted = taps_first == 1 and stride == 1 and (precision == "tf32" or dims > 1)  # strict 1-D: none
+    assert ("shifted=K0_USE_SHIFTED_WINDOWS == 1" in launchers[0]) is shifted
+    outputs = (weight[1] if transposed else weight[0] // groups)  # from 64 a group (shifted_first)
+    on = int(wide and precision == "tf32" and outputs >= 64)
+    assert (f"K0_USE_SHIFTED_WINDOWS = {on}" in constants[0]) is shifted
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32"])
@@ -80,10 +93,10 @@ def test_a_strict_taps_loop_with_many_outputs_starts_from_the_tile_its_split_twi
     _, constants, _ = replace_convolutions(lines, 0, precision)
     values = dict(line.split(" = ") for line in constants[0].splitlines())
     got = ", ".join(values[f"K0_{n}"] for n in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES"))
-    if precision == "ieee" or outputs == 64:
+    if precision == "ieee":
         assert got == tile
-    else:  # TF32 (kernelbench's tolerance) with 128 outputs or more: its own wide tile
-        assert got == "128, 128, 32, 4, 3"
+    else:  # TF32 (kernelbench's tolerance) at stride 1: shifted windows' tiles
+        assert got == ("128, 64, 32, 4, 3" if outputs == 64 else "128, 128, 32, 8, 3")
 
 
 @pytest.mark.parametrize("precision, gather", [("ieee", 0), ("tf32x3", 0), ("tf32", 1)])

@@ -217,16 +217,27 @@ def test_a_strict_convolution_seed_on_the_taps_loop_starts_in_split_precision_ga
     from evo.core.dot_precision import dot_arguments, seed_kernels
 
     seed = _convolution_seed("(64, 32, 3, 3)", 1)  # 32 channels: the taps loop first, NCHW in exact fp32
-    assert "K0_USE_TAPS_LOOP = 1\nK0_USE_CHANNELS_LAST = 0\nK0_USE_SPLIT_TF32 = 0\n" in seed
-    assert "channels_last=K0_USE_CHANNELS_LAST == 1, split=K0_USE_SPLIT_TF32 == 1)" in seed
+    assert "K0_USE_TAPS_LOOP = 1\nK0_USE_CHANNELS_LAST = 0\nK0_USE_SPLIT_TF32 = 0\nK0_USE_SHIFTED_WINDOWS = 0\n" in seed
+    assert ("channels_last=K0_USE_CHANNELS_LAST == 1, split=K0_USE_SPLIT_TF32 == 1, "
+            "shifted=K0_USE_SHIFTED_WINDOWS == 1)") in seed
     first, exact = seed_kernels(seed, "strict")
     assert exact == seed
     # the operands split as they are copied; the dots in tf32x3 where the search turns that off
     assert {m.group(2) for m in dot_arguments(first)} == {"tf32x3"}
-    assert "K0_USE_TAPS_LOOP = 1\nK0_USE_CHANNELS_LAST = 1\nK0_USE_SPLIT_TF32 = 1\n" in first
+    # at stride 1, over shifted windows of a padded copy (evaluator/conv_shifted.py)
+    assert "K0_USE_TAPS_LOOP = 1\nK0_USE_CHANNELS_LAST = 1\nK0_USE_SPLIT_TF32 = 1\nK0_USE_SHIFTED_WINDOWS = 1\n" in first
     assert "K0_NUM_WARPS = 4\n" in first
+    # 64 outputs: its steps of 16 channels widened to 32 (split over shifted windows ran 2-3x slower at 16)
+    assert "K0_BLOCK_N = 64\nK0_BLOCK_K = 16\n" in seed and "K0_BLOCK_N = 64\nK0_BLOCK_K = 32\n" in first
+    wide = _convolution_seed("(128, 32, 3, 3)", 1)  # 128 outputs: the wide tile keeps its 16
+    assert "K0_BLOCK_N = 128\nK0_BLOCK_K = 16\n" in seed_kernels(wide, "strict")[0]
+    narrow = seed_kernels(_convolution_seed("(32, 32, 3, 3)", 1), "strict")[0]  # 32 outputs: no windows
+    assert "K0_USE_SPLIT_TF32 = 1\nK0_USE_SHIFTED_WINDOWS = 0\n" in narrow
     assert first.startswith("# The seed derived from torch.compile with every dot in tf32x3,\n# the convolutions "
-                            "gathering channels-last, three TF32 products of operands split")
+                            "gathering channels-last (shifted windows at stride 1 from 64 outputs), three TF32 products of "
+                            "operands split")
+    strided = _convolution_seed("(64, 32, 3, 3)", 2)  # with a stride: no shifted windows to switch on
+    assert "USE_SHIFTED_WINDOWS" not in strided and "K0_USE_SPLIT_TF32 = 1\n" in seed_kernels(strided, "strict")[0]
     # under the kernelbench tolerance a convolution seed is derived in TF32, channels-last, already
     assert seed_kernels(seed, "kernelbench") == (seed,)
     # 8 channels at stride 1: the general loop first, which neither change speeds up (section 17, s45's probe)

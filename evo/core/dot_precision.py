@@ -92,6 +92,29 @@ _NCHW_GATHER = re.compile(r"^(K\d+_USE_CHANNELS_LAST = )0$", re.MULTILINE)
 _UNSPLIT = re.compile(r"^(K\d+_USE_SPLIT_TF32 = )0$", re.MULTILINE)
 
 
+def _shifted_for_split(source: str) -> str:
+    """``source`` with shifted windows switched on (``USE_SHIFTED_WINDOWS``) at each convolution
+    site whose tile spans 64 output channels or more, those narrower than 128 reducing 32 channels
+    a step, not 16.  Split operands on one H200 (``experiments/kernelbench_search.md``, section 31):
+    shifted, 1.05-1.27x faster than the split gather on the sample's 2-D convolutions with 64 and
+    128 outputs; 1.04-1.33x slower at tiles 32 or 16 wide (l1_58, l1_61, l1_70); at 128 x 64 x 16
+    in four warps (the exact seed's tile) 2.0-3.0x slower than at 128 x 64 x 32 (l1_57 25.5 against
+    9.8 ms, l2_10 25.1 against 9.9), while 128 x 128 x 16 in eight warps ran the fastest of four
+    tiles (l1_69 5.03 ms, l2_1 3.26)."""
+    values = {t.name: t for t in find_tunables(source)}
+    changes = {}
+    for name, switch in values.items():
+        if name.endswith("_USE_SHIFTED_WINDOWS") and switch.value == 0:
+            prefix = name[:-len("USE_SHIFTED_WINDOWS")]
+            block_n, block_k = values.get(prefix + "BLOCK_N"), values.get(prefix + "BLOCK_K")
+            if block_n is None or block_k is None or block_n.value < 64:
+                continue
+            changes[switch] = 1
+            if block_n.value < 128 and block_k.value == 16:
+                changes[block_k] = 32
+    return with_values(source, changes) if changes else source
+
+
 def _exact_taps_loop_convolutions(source: str, tolerance: str) -> bool:
     """Whether ``source`` holds the engine's convolutions with exact fp32 products (the strict
     tolerance) and every call site starting from the taps loop.
@@ -105,7 +128,9 @@ def _exact_taps_loop_convolutions(source: str, tolerance: str) -> bool:
     they are copied (``USE_SPLIT_TF32``), in place of ``tf32x3``'s split in registers each step,
     the same tile ran 1.3-1.5x faster again on 9 of those 11 convolutions (l1_69 11.2 to 7.7 ms,
     l1_68 31.7 to 20.6; ``experiments/kernelbench_search.md``, section 20), 1.15x slower on l1_79
-    (1-D, transposed, strided) and level on l1_81."""
+    (1-D, transposed, strided) and level on l1_81.  At stride 1 the twin's convolutions with 64
+    output channels or more also run shifted windows over a padded copy (``USE_SHIFTED_WINDOWS``,
+    ``evaluator/conv_shifted.py``; :func:`_shifted_for_split`)."""
     if tolerance == "kernelbench" or not _TAPS_LOOP_FIRST.search(source) or _GENERAL_LOOP_FIRST.search(source):
         return False
     return any(current_precision(m) == "ieee" for m in dot_arguments(source))
@@ -149,9 +174,9 @@ def seed_kernels(source: str, tolerance: str) -> tuple[str, ...]:
             moved, _ = warps_for_split_precision(moved)
         gathered = ""
         if convolutions:
-            moved = _UNSPLIT.sub(r"\g<1>1", _NCHW_GATHER.sub(r"\g<1>1", moved))
-            gathered = (",\n# the convolutions gathering channels-last, three TF32 products of operands split as"
-                        " they are copied")
+            moved = _shifted_for_split(_UNSPLIT.sub(r"\g<1>1", _NCHW_GATHER.sub(r"\g<1>1", moved)))
+            gathered = (",\n# the convolutions gathering channels-last (shifted windows at stride 1 from 64"
+                        " outputs), three TF32 products of operands split as they are copied")
         twins.append(f"# The seed derived from torch.compile with every dot in {precision}{gathered}\n"
                      "# (evo.core.dot_precision.seed_kernels); the run seeds the exact one beside it.\n" + moved)
     return (*twins, source)
