@@ -114,10 +114,11 @@ def shifted_first(weight_shape: tuple[int, ...], transposed: bool, groups: int, 
     """Whether a call site starting in the taps loop starts from shifted windows over a padded
     channels-last copy (``evaluator/conv_shifted.py``; the launch runs them at stride 1 only, where
     the GPU has TMA and the taps loop gathers channels-last).  On one H200 (``kernelbench_search.md``,
-    section 31), in TF32 at the sample's stride-1 convolutions from 16 channels a group, 1.16-2.5x
+    section 31), in TF32 at the sample's stride-1 convolutions from 16 channels a group, 1.16-1.81x
     faster than the gather it replaces (l1_57 6.59 to 4.42 ms, l2_10 6.36 to 4.41, l1_68 13.96 to
     8.18), the copy included; with three TF32 products of split operands 1.05-1.27x faster than the
-    split gather on 7 of 8 (l1_74, 1-D, 1.15x slower: a strict 1-D site gets no switch); with exact
+    split gather on 7 of 8 (l1_74, 1-D, level at best and 1.15x slower at the twin's tile: a strict
+    1-D site gets no switch); with exact
     products 3-60x slower (the switch starts off there; the strict twin, split, turns it on:
     ``evo.core.dot_precision``).  Below 16
     channels a group the general loop comes first, and faster: l2_67's 8 channels 1.68 ms against
