@@ -261,8 +261,8 @@ def _shifts(x, stride, c_group, groups, block_k, spatial, dilation, kernel) -> b
     padded = _count(n + d * (k - 1) for n, d, k in zip(spatial, dilation, kernel))
     if x.shape[0] * padded >= _INT32_SPAN or padded > _SHIFTED_WASTE * _count(spatial):
         return False
-    if x.device.type == "cuda" and torch.cuda.get_device_capability(x.device)[0] < 9:
-        return False
+    if x.device.type == "cuda" and (torch.version.hip is not None or torch.cuda.get_device_capability(x.device)[0] < 9):
+        return False  # TMA: NVIDIA's sm_90 on (ROCm reports its own gfx version here)
     aligned = 16 // x.element_size()
     block = max(16, min(block_k, triton.next_power_of_2(c_group)))
     return c_group % aligned == 0 and (groups == 1 or c_group % block == 0)
