@@ -19,6 +19,9 @@ CASES = [
     (lambda: torch.nn.Conv1d(20, 6, 5, padding=2, dilation=2), (2, 20, 17)),
     (lambda: torch.nn.ConvTranspose3d(16, 4, 3, padding=1), (1, 16, 3, 4, 5)),
     (lambda: torch.nn.Conv3d(32, 4, 3, padding=1, groups=2), (1, 32, 3, 4, 5)),
+    (lambda: torch.nn.ConvTranspose2d(16, 6, 3, padding=1, output_padding=1, dilation=2), (1, 16, 5, 4)),
+    (lambda: torch.nn.ConvTranspose2d(32, 8, (3, 2), groups=2), (1, 32, 5, 4)),
+    (lambda: torch.nn.Conv3d(16, 8, (2, 3, 3), padding=(1, 0, 2), dilation=(1, 2, 1)), (1, 16, 4, 6, 5)),
 ]
 
 
@@ -97,3 +100,21 @@ def test_the_padded_copy_stays_whole_at_any_tile_the_search_gives_it(tmp_path, m
     monkeypatch.setitem(moved.__dict__, "_conv_taps_kernel", None)
     out, reference = _run((moved, device), *CASES[0])
     torch.testing.assert_close(out, reference, atol=1e-4, rtol=1e-4)
+
+
+def test_shifted_windows_store_in_the_layout_the_compiled_graph_states(library, monkeypatch):
+    # inductor's wrapper may expect a channels-last output (out_size, out_stride): the store follows it
+    module_, device = library
+    monkeypatch.setitem(module_.__dict__, "_conv_taps_kernel", None)
+    monkeypatch.setitem(module_.__dict__, "_SHIFTED_WASTE", float("inf"))
+    torch.manual_seed(0)
+    module = torch.nn.Conv2d(16, 8, 3, padding=1).to(device)
+    x = torch.randn(2, 16, 6, 7, device=device)
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        expected = module(x)
+    stride = expected.contiguous(memory_format=torch.channels_last).stride()
+    out = module_._convolution(x, module.weight.detach(), module.bias.detach(), module.stride, module.padding,
+                               module.dilation, False, (0,), 1, out_size=expected.shape, out_stride=stride,
+                               block_m=16, block_n=16, block_k=16, channels_last=True, shifted=True)
+    assert out.stride() == stride
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
