@@ -198,7 +198,8 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     # asks for the taps kernel (by Triton 3.6's SASS for sm_90 in TF32 channels-last, still 2.4-3.6x
     # fewer instructions with 8 or 3 channels: kernelbench_search.md section 16; not timed).
     if (c_group >= 16 and taps_loop is not False) or taps_loop:
-        if shifted and channels_last and _shifts(x, stride, c_group, groups, block_k, spatial, dilation, kernel):
+        if shifted and channels_last and _shifts(x, stride, c_group, groups, (block_m, block_n, block_k), spatial,
+                                                 dilation, kernel):
             _shifted_convolution(x, weight, b_arg, out, operands, spatial, transposed, padding, dilation, groups,
                                  block_m, block_n, block_k, num_warps, num_stages, split, bias is not None)
             return out
@@ -250,12 +251,15 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     return out
 
 
-def _shifts(x, stride, c_group, groups, block_k, spatial, dilation, kernel) -> bool:
+def _shifts(x, stride, c_group, groups, tile, spatial, dilation, kernel) -> bool:
     """Whether the shifted-window kernel can run this convolution here: stride 1, TMA (sm_90 on, or
-    Triton's interpreter on the CPU), rows of the copy and of the packed weight 16-byte aligned,
-    with groups, a group's channels whole blocks (a box past them would read the next group's), the
-    copy's rows counted in int32 (TMA's coordinates), and few of them outside the output
-    (``_SHIFTED_WASTE``)."""
+    Triton's interpreter on the CPU), boxes of at most 256 a side (``tile``: block_m, block_n,
+    block_k), rows of the copy and of the packed weight 16-byte aligned, with groups, a group's
+    channels whole blocks (a box past them would read the next group's), the copy's rows counted in
+    int32 (TMA's coordinates), and few of them outside the output (``_SHIFTED_WASTE``)."""
+    block_m, block_n, block_k = tile
+    if max(block_m, block_n, block_k) > 256:
+        return False
     if any(int(s) != 1 for s in stride) or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return False
     padded = _count(n + d * (k - 1) for n, d, k in zip(spatial, dilation, kernel))

@@ -32,7 +32,7 @@ def library(tmp_path_factory):
     return _load(path, "conv_library_shifted"), "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _run(library, make, shape, *, split=False, scale=1.0):
+def _run(library, make, shape, *, split=False, scale=1.0, block_m=16):
     module_, device = library
     torch.manual_seed(0)
     module = make().to(device)
@@ -41,7 +41,8 @@ def _run(library, make, shape, *, split=False, scale=1.0):
     out = module_._convolution(x, module.weight.detach(), None if module.bias is None else module.bias.detach(),
                                module.stride, module.padding, module.dilation, transposed,
                                module.output_padding if transposed else (0,), module.groups,
-                               block_m=16, block_n=16, block_k=16, channels_last=True, split=split, shifted=True)
+                               block_m=block_m, block_n=16, block_k=16, channels_last=True, split=split,
+                               shifted=True)
     with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # as references run
         return out, module(x)
 
@@ -67,11 +68,12 @@ def test_shifted_windows_match_pytorchs_convolution(library, case, split, monkey
     ((lambda: torch.nn.Conv2d(18, 8, 3, padding=1), (1, 18, 5, 6)), "rows of 18 floats: not 16-byte aligned"),
     ((lambda: torch.nn.Conv2d(40, 6, 3, groups=2), (1, 40, 4, 5)), "20 channels a group: not whole blocks"),
     ((lambda: torch.nn.Conv2d(16, 8, 5), (1, 16, 6, 7)), "7 padded rows an output (_SHIFTED_WASTE)"),
+    ((lambda: torch.nn.Conv2d(16, 8, 3, padding=1), (1, 16, 30, 30)), "a box of 512 rows: TMA's boxes end at 256"),
 ])
 def test_where_no_box_fits_the_taps_kernel_runs_instead(library, case, why, monkeypatch):
     module_, _ = library
     monkeypatch.setitem(module_.__dict__, "_conv_shifted_kernel", None)  # not called
-    out, expected = _run(library, *case)
+    out, expected = _run(library, *case, block_m=512 if "512" in why else 16)
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4, msg=why)
 
 
