@@ -267,17 +267,27 @@ def _shifts(x, stride, c_group, groups, tile, spatial, dilation, kernel) -> bool
         return False
     if x.device.type == "cuda" and (torch.version.hip is not None or torch.cuda.get_device_capability(x.device)[0] < 9):
         return False  # TMA: NVIDIA's sm_90 on (ROCm reports its own gfx version here)
+    if _tensor_descriptor() is None:
+        return False
     aligned = 16 // x.element_size()
     block = max(16, min(block_k, triton.next_power_of_2(c_group)))
     return c_group % aligned == 0 and (groups == 1 or c_group % block == 0)
+
+
+def _tensor_descriptor():
+    """Triton's host-side TMA descriptor class (Triton 3.4 on), or None where this Triton has none."""
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:
+        return None
+    return TensorDescriptor
 
 
 def _shifted_convolution(x, weight, b_arg, out, operands, spatial, transposed, padding, dilation, groups,
                          block_m, block_n, block_k, num_warps, num_stages, split, has_bias):
     """``out`` from shifted windows over a zero-padded channels-last copy of ``x``
     (``evaluator/conv_shifted.py``); split: each operand's TF32 parts, three products."""
-    from triton.tools.tensor_descriptor import TensorDescriptor  # Triton 3.4 on; only where TMA runs
-
+    TensorDescriptor = _tensor_descriptor()
     kernel = list(weight.shape[2:])
     # along each dimension: the buffer spans out + d * (K - 1) positions, the input placed `lead` in
     reach = [d * (k - 1) for d, k in zip(dilation, kernel)]

@@ -77,6 +77,15 @@ def test_where_no_box_fits_the_taps_kernel_runs_instead(library, case, why, monk
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4, msg=why)
 
 
+def test_a_triton_without_tensor_descriptors_gathers(library, monkeypatch):
+    module_, _ = library
+    monkeypatch.setitem(module_.__dict__, "_tensor_descriptor", lambda: None)  # before Triton 3.4
+    monkeypatch.setitem(module_.__dict__, "_conv_shifted_kernel", None)
+    monkeypatch.setitem(module_.__dict__, "_SHIFTED_WASTE", float("inf"))
+    out, expected = _run(library, *CASES[0])
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
 def test_the_padded_copy_stays_whole_at_any_tile_the_search_gives_it(tmp_path, monkeypatch):
     # the copy's BLOCK_C and BLOCK_S are tunables to the search (the second pair in the library:
     # the channels-last copy's come first); its grid follows them, so every position of the buffer
