@@ -258,7 +258,7 @@ def _shifts(x, stride, c_group, groups, tile, spatial, dilation, kernel) -> bool
     channels whole blocks (a box past them would read the next group's), the copy's rows counted in
     int32 (TMA's coordinates), and few of them outside the output (``_SHIFTED_WASTE``)."""
     block_m, block_n, block_k = tile
-    if max(block_m, block_n, block_k) > 256:
+    if max(block_m, block_n, block_k) > 256 or x.shape[0] > 65535:  # the copy's grid: a batch an index of axis 2
         return False
     if any(int(s) != 1 for s in stride) or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return False
