@@ -206,7 +206,7 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
         strides = _spatial3(stride, 1) if transposed else [1, 1, 1]  # rows a phase, per dimension
         quotients = [-(-n // s) for n, s in zip(_spatial3(spatial, 1), strides)]
         m_phase = batch * _count(quotients)
-        block_k = max(16, min(block_k, triton.next_power_of_2(c_group)))  # channels are the inner loop
+        block_k = _channel_step(block_k, c_group)
         grid = (_count(strides) * triton.cdiv(m_phase, block_m), triton.cdiv(o_group, block_n), groups)
         steps = [s // _gcd(s, d) for s, d in zip(strides, _spatial3(dilation, 1))]  # admitted taps apart
         # The weight packed as (group, tap, channel, output channel), one copy a call: a tap's weights
@@ -214,11 +214,7 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
         # (suspected in the stride-1 loss: kernelbench_search.md, sections 9 and 11).  Channels-last,
         # the input is copied once with its channels innermost and the weight packed as (group, tap,
         # output channel, channel).
-        taps = _count(kernel)
-        by_input = weight.reshape(groups, c_group, o_group, taps) if transposed else \
-            weight.reshape(groups, o_group, c_group, taps).transpose(1, 2)
-        packed = by_input.permute(0, 3, 2, 1) if channels_last else by_input.permute(0, 3, 1, 2)
-        packed = packed.contiguous()
+        packed = _packed_weight(weight, transposed, groups, c_group, o_group, channels_last)
         if split:  # each operand's TF32 parts, the second one copy's length after the first
             packed = _split(packed)
             x = _channels_last(x, split=True) if channels_last else _split(x.contiguous())
@@ -270,8 +266,22 @@ def _shifts(x, stride, c_group, groups, tile, spatial, dilation, kernel) -> bool
     if _tensor_descriptor() is None:
         return False
     aligned = 16 // x.element_size()
-    block = max(16, min(block_k, triton.next_power_of_2(c_group)))
-    return c_group % aligned == 0 and (groups == 1 or c_group % block == 0)
+    return c_group % aligned == 0 and (groups == 1 or c_group % _channel_step(block_k, c_group) == 0)
+
+
+def _channel_step(block_k: int, c_group: int) -> int:
+    """The channels a step of the taps loop (or the shifted windows) reduces: ``block_k``, at most
+    the group's channels rounded up to a power of two, at least 16 (a dot's least depth)."""
+    return max(16, min(block_k, triton.next_power_of_2(c_group)))
+
+
+def _packed_weight(weight, transposed, groups, c_group, o_group, channels_last):
+    """The weight packed, one copy a call, as (group, tap, channel, output channel), or
+    ``channels_last`` as (group, tap, output channel, channel): see the taps loop in ``_convolution``."""
+    taps = _count(weight.shape[2:])
+    by_input = weight.reshape(groups, c_group, o_group, taps) if transposed else \
+        weight.reshape(groups, o_group, c_group, taps).transpose(1, 2)
+    return (by_input.permute(0, 3, 2, 1) if channels_last else by_input.permute(0, 3, 1, 2)).contiguous()
 
 
 def _tensor_descriptor():
@@ -303,16 +313,13 @@ def _shifted_convolution(x, weight, b_arg, out, operands, spatial, transposed, p
     _padded_copy_kernel[grid](x, copies, channels, *_spatial3(x.shape[2:], 1), *_spatial3(padded, 1),
                               *_spatial3(lead, 0), *_layout(x), BLOCK_C=32, BLOCK_S=64, SPLIT=split,
                               lo=copies[0].numel())
-    taps = _count(kernel)
-    by_input = weight.reshape(groups, c_group, o_group, taps) if transposed else \
-        weight.reshape(groups, o_group, c_group, taps).transpose(1, 2)
-    packed = by_input.permute(0, 3, 2, 1).reshape(groups * taps * o_group, c_group).contiguous()
+    packed = _packed_weight(weight, transposed, groups, c_group, o_group, True).reshape(-1, c_group)
     if split:  # the TF32 parts, then the rest one copy's length on
         big = _split(packed)
         packed = [big, big.as_strided(big.shape, big.stride(), big.storage_offset() + big.numel())]
     else:
         packed = [packed]
-    block_k = max(16, min(block_k, triton.next_power_of_2(c_group)))
+    block_k = _channel_step(block_k, c_group)
     x_descs = [TensorDescriptor.from_tensor(copy, [block_m, block_k]) for copy in copies]
     w_descs = [TensorDescriptor.from_tensor(part, [block_n, block_k]) for part in packed]
     grid = (triton.cdiv(rows, block_m), triton.cdiv(o_group, block_n), groups)
