@@ -49,6 +49,16 @@ def test_digests_change_with_any_bit_and_canonical_ones_with_values(small_chunks
 IN_PLACE_REFERENCE = TASK.replace("return x * 2.0", "x.mul_(2.0)\n        return x")
 UNSEEDED_INPUTS = TASK.replace("return [torch.randn(n)]",
                                "import os\n    return [torch.randn(n) + int.from_bytes(os.urandom(1), 'little')]")
+# Values that repeat only for the verifier's probe of repeatability (the two draws it makes in ``run``
+# itself), new ones on every other draw: as an unseeded byte of entropy fools the probe 1 time in 256.
+UNLUCKY_INPUTS = TASK.replace("return [torch.randn(n)]", """import sys
+    callers, frame = [], sys._getframe()
+    while frame is not None:
+        callers.append(frame.f_code.co_name)
+        frame = frame.f_back
+    probed = "<lambda>" in callers and callers[callers.index("<lambda>") + 1] == "run"
+    DRAWN.append(1)
+    return [torch.randn(n) + (0 if probed else len(DRAWN))]""") + "\nDRAWN = []\n"
 
 
 @pytest.mark.slow
@@ -62,6 +72,8 @@ def test_inputs_that_the_seed_does_not_determine_are_copied_instead(cpu_evaluato
     assert result.status is Status.CORRECT, result.reason
     cheat = candidate("x.fill_(1.0)")  # glue that writes its input: the reference must not see it
     assert cpu_evaluator.evaluate("double", UNSEEDED_INPUTS, cheat).status is Status.INCORRECT
+    # the probe's two draws match by chance, later ones do not: found at the second call, then copied
+    assert cpu_evaluator.evaluate("double", UNLUCKY_INPUTS, candidate()).status is Status.CORRECT
 
 
 def test_inputs_scaled_up_scale_the_absolute_tolerance_only():
