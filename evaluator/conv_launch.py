@@ -258,7 +258,7 @@ def _shifts(x, stride, c_group, groups, tile, spatial, dilation, kernel) -> bool
         return False
     if any(int(s) != 1 for s in stride) or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return False
-    padded = _count(n + d * (k - 1) for n, d, k in zip(spatial, dilation, kernel))
+    padded = _count(_padded_extent(spatial, dilation, kernel))
     if x.shape[0] * padded >= _INT32_SPAN or padded > _SHIFTED_WASTE * _count(spatial):
         return False
     if x.device.type == "cuda" and (torch.version.hip is not None or torch.cuda.get_device_capability(x.device)[0] < 9):
@@ -267,6 +267,11 @@ def _shifts(x, stride, c_group, groups, tile, spatial, dilation, kernel) -> bool
         return False
     aligned = 16 // x.element_size()
     return c_group % aligned == 0 and (groups == 1 or c_group % _channel_step(block_k, c_group) == 0)
+
+
+def _padded_extent(spatial, dilation, kernel) -> list[int]:
+    """The padded copy's positions along each dimension: an output's, and the kernel's reach past it."""
+    return [n + d * (k - 1) for n, d, k in zip(spatial, dilation, kernel)]
 
 
 def _channel_step(block_k: int, c_group: int) -> int:
@@ -299,10 +304,10 @@ def _shifted_convolution(x, weight, b_arg, out, operands, spatial, transposed, p
     (``evaluator/conv_shifted.py``); split: each operand's TF32 parts, three products."""
     TensorDescriptor = _tensor_descriptor()
     kernel = list(weight.shape[2:])
-    # along each dimension: the buffer spans out + d * (K - 1) positions, the input placed `lead` in
-    reach = [d * (k - 1) for d, k in zip(dilation, kernel)]
-    lead = [r - p if transposed else p for r, p in zip(reach, padding)]
-    padded = [n + r for n, r in zip(spatial, reach)]
+    # along each dimension the input placed `lead` in: the kernel's reach before the first output
+    # (transposed, less the padding), else the padding
+    lead = [d * (k - 1) - p if transposed else p for d, k, p in zip(dilation, kernel, padding)]
+    padded = _padded_extent(spatial, dilation, kernel)
     batch, channels = x.shape[0], x.shape[1]
     c_group, o_group = channels // groups, out.shape[1] // groups
     rows = batch * _count(padded)
