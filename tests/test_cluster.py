@@ -117,8 +117,10 @@ def test_a_run_without_the_clusters_token_says_why_in_one_line(two_node_cluster,
 
 @pytest.mark.slow
 def test_a_run_that_finds_nothing_at_the_address_says_so_at_once(tmp_path):
-    address = f"127.0.0.1:{_free_port()}"  # nothing listens there
-    line = one_error_line(evo_run(f"run.dir={tmp_path / 'run'}", f"ray.address={address}", env=dict(os.environ)))
+    with socket.socket() as held:  # bound, never listening, for the whole test: nothing else can take it
+        held.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{held.getsockname()[1]}"
+        line = one_error_line(evo_run(f"run.dir={tmp_path / 'run'}", f"ray.address={address}", env=dict(os.environ)))
     assert f"cannot join the Ray cluster at {address}: nothing answers at {address}" in line
 
 

@@ -291,7 +291,7 @@ def test_an_evaluation_says_how_many_reps_it_timed_and_checks_calls_drawn_from_a
     result = _with(evaluator, cpu_timing=loose).evaluate("double", TASK, candidate())
     assert result.status is Status.CORRECT, result.reason
     reps = result.extra["timed_reps"]
-    assert 5 <= reps < 60
+    assert 5 <= reps <= 60  # whether the rule stops early is tests/test_timing.py's (a fake clock)
     # Three outputs kept, each drawn after its call returned, from the calls made (warm-up and reps).
     kept = result.extra["timed_checks"]["kept_checked"]
     assert len(kept) == 3 and max(kept) <= 1 + reps

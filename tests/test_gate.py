@@ -50,8 +50,12 @@ def _joined(*members) -> TimingGate:
 @pytest.fixture
 def two_members():
     """Two members, each a process with a child of its own (a shell running sleep)."""
+    from evaluator.containment import descendants
+
     procs = [subprocess.Popen(["sh", "-c", "sleep 30 & wait"]) for _ in range(2)]
-    time.sleep(0.3)
+    deadline = time.monotonic() + 10  # until each shell has forked its sleep (a loaded machine is slow to)
+    while not all(descendants(p.pid) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
     yield Member(procs[0]), Member(procs[1])
     for proc in procs:
         proc.kill()

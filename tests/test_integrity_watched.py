@@ -1,8 +1,10 @@
 """Round three (CPU, Triton's interpreter): a candidate cannot tell a checked call from a timed one,
 and cannot touch what the reference, the timer or the checks depend on.  Each cheat is caught with a
 reason; the honest kernel beside them passes (tests/test_integrity.py, tests/test_evaluator.py)."""
+import random
 import statistics
 import sys
+import types
 
 import pytest
 
@@ -68,9 +70,14 @@ def test_the_candidates_frames_reveal_nothing_of_the_calls_purpose():
     assert "check" not in text and "smoke" not in text and "timed" not in text, seen[0]
 
 
-def test_the_kept_outputs_are_drawn_after_each_call_uniformly_over_the_sequence():
+def test_the_kept_outputs_are_drawn_after_each_call_uniformly_over_the_sequence(monkeypatch):
+    import evaluator.timed_checks
     from evaluator.invoke import Outcome
     from evaluator.timed_checks import TimedCalls
+
+    # the draws seeded here (the engine's come from the OS): the bounds below hold for a fair draw
+    # all but 1 time in 250 (the 40 counts' extremes), so an unseeded test would fail that often
+    monkeypatch.setattr(evaluator.timed_checks, "secrets", types.SimpleNamespace(randbelow=random.Random(0).randrange))
 
     counts = [0] * 40
     for _ in range(300):

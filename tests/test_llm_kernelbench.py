@@ -1,6 +1,7 @@
 """experiments/llm_kernelbench.py: a model measured on a KernelBench folder, end to end against the scripted
 OpenAI-compatible server (which measures the plumbing, not a model), and the pieces it is made of."""
 import json
+import socket
 
 import pytest
 
@@ -120,11 +121,12 @@ def test_problem_files_are_the_levels_problems_in_order_picked_by_pattern_and_li
 @pytest.mark.slow
 def test_an_endpoint_that_cannot_be_used_stops_the_benchmark_before_any_problem_is_scored(tmp_path):
     root, out = kernelbench_folder(tmp_path), tmp_path / "out"
-    with ScriptedLLMServer(scale_writer) as server:
-        closed = server.api_base  # nothing answers there once the server is closed
-    with pytest.raises(SystemExit, match="failed before its search started: LLM model openai/scripted"):
-        bench.main([str(root), "--model", "openai/scripted", "--api-base", closed, "--device", "cpu", "--out", str(out),
-                    "--", "run.backend=local", "llm.retries=0"])
+    with socket.socket() as held:  # bound, never listening, for the whole test: nothing answers there
+        held.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{held.getsockname()[1]}/v1"
+        with pytest.raises(SystemExit, match="failed before its search started: LLM model openai/scripted"):
+            bench.main([str(root), "--model", "openai/scripted", "--api-base", closed, "--device", "cpu",
+                        "--out", str(out), "--", "run.backend=local", "llm.retries=0"])
     assert not (out / "problems").exists() and not (out / "results.json").exists()
 
 
