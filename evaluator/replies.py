@@ -9,6 +9,7 @@ its ``kind``; whether the GPU's memory ran out is the sandbox's verdict on the e
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
@@ -111,11 +112,32 @@ def failure_of(raw: dict) -> WorkerFailure | None:
     return None
 
 
+_TIMES = ("speedup", "runtime_ms", "ref_runtime_ms", "speedup_noise")
+
+
+def malformed(raw: dict) -> str:
+    """What is wrong with an evaluation's reply ("" where nothing is): the process that wrote it ran
+    the candidate, which may have written it instead (a status no evaluation gives, a negative time
+    whose speedup no re-check would question); the host then reports it, never fails on it."""
+    if raw.get("status") not in {s.value for s in Status}:
+        return f"status {str(raw.get('status'))[:40]!r}"
+    for name in _TIMES:
+        value = raw.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0):
+            return f"{name} {str(value)[:40]}"
+    if raw["status"] == Status.CORRECT.value and raw.get("runtime_ms") == 0:
+        return "a correct result timed at 0 ms"
+    return ""
+
+
 def read(kind: str, raw: dict, timeout_s: float):
     """The typed reply to a ``kind`` request from the worker's ``raw`` answer (``timeout_s``: the
     limit it ran under, named in a timeout's error)."""
     failure = failure_of(raw)
     if kind == "evaluate":
+        if failure is None and (why := malformed(raw)):
+            failure = WorkerFailure(kind="harness", reason=f"the evaluation answered a malformed result: {why}")
         return failure or EvalResult.from_dict(raw)
     if failure is not None:
         error = (f"{_WHAT[kind]} did not finish within evaluator.timeout_s={timeout_s:g} s"

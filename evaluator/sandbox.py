@@ -63,6 +63,20 @@ def visible_gpu(cuda_index: int) -> str:
     return ids[cuda_index]
 
 
+# The worker starts isolated (-I: no current folder, user site or PYTHON* variables on its import
+# path; its scratch, the candidates' to write, is its current folder and HOME), unbuffered and
+# writing no bytecode, then imports from this process's own path: a package or a .pth a candidate
+# planted in the scratch is never imported when the worker starts again.
+_BOOTSTRAP = ("import json, sys; sys.path[:0] = [p for p in json.loads(sys.argv[1]) if p not in sys.path]; "
+              "from evaluator.worker import main; main()")
+
+
+def worker_command() -> list[str]:
+    engine = str(Path(__file__).resolve().parent.parent)  # the folder holding this package
+    path = [engine] + [str(Path(p).resolve()) for p in sys.path if p and Path(p).resolve() != Path(engine)]
+    return [sys.executable, "-I", "-u", "-B", "-c", _BOOTSTRAP, json.dumps(path)]
+
+
 # Workers ask Linux to die with the thread that started them (PR_SET_PDEATHSIG follows the thread,
 # not the process): one long-lived thread starts them all, whichever thread asks.
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evo-spawn")
@@ -79,7 +93,11 @@ class SandboxWorker:
                  cache_dir: str | None = None, startup_timeout_s: float = 180.0, grace_s: float = 30.0):
         self.device = device
         self.cuda_index = cuda_index
-        self.scratch = Path(tempfile.mkdtemp(prefix="evo-worker-", dir=scratch_root))
+        # The scratch is the candidates' to write; the worker's log sits beside it, out of their reach
+        # (a link or a FIFO put there would have this process write elsewhere, or block on opening it)
+        self.home = Path(tempfile.mkdtemp(prefix="evo-worker-", dir=scratch_root))
+        self.scratch = self.home / "scratch"
+        self.scratch.mkdir()
         self.cache_dir = Path(cache_dir) if cache_dir else self.scratch / "triton-cache"
         self.startup_timeout_s = startup_timeout_s
         self.grace_s = grace_s
@@ -108,9 +126,9 @@ class SandboxWorker:
         guard_engine()  # this process may hold API keys: its environ closed to candidates in any case
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         env = worker_environment(self.device, self.cuda_index, self.scratch, self.cache_dir)
-        self._log = open(self.scratch / "worker.log", "ab")
+        self._log = open(self.home / "worker.log", "ab")
         self._proc = _SPAWNER.submit(
-            subprocess.Popen, [sys.executable, "-m", "evaluator.worker"], stdin=subprocess.PIPE,
+            subprocess.Popen, worker_command(), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=self.scratch, start_new_session=True,
         ).result()
         self._buffer = b""
@@ -193,7 +211,7 @@ class SandboxWorker:
 
     def _log_tail(self, limit: int = 2000) -> str:
         try:
-            return (self.scratch / "worker.log").read_bytes()[-limit:].decode("utf-8", "replace")
+            return (self.home / "worker.log").read_bytes()[-limit:].decode("utf-8", "replace")
         except OSError:
             return ""
 

@@ -17,9 +17,12 @@ import json
 import os
 import resource
 import select
+import shutil
 import signal
+import stat
 import struct
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -110,10 +113,22 @@ def _send(stream, message: dict) -> None:
 
 
 def _tail(path: Path, limit: int = 3000) -> str:
+    """The end of a log the candidate could have replaced: only a regular file, never followed through
+    a link, never waited on (a FIFO put in its place would block the worker)."""
     try:
-        data = path.read_bytes()[-limit:]
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return ""
+    try:
+        size = os.fstat(fd).st_size
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        os.lseek(fd, max(0, size - limit), os.SEEK_SET)
+        data = os.read(fd, limit)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
     return data.decode("utf-8", "replace")
 
 
@@ -276,7 +291,18 @@ def run_isolated(request: dict, scratch: Path, send=None) -> dict:
     request["gate_fds"] = gate.child_fds() if gate else None
     timeout_s = float(request.get("timeout_s", 60))
     memory_limit = int(request.get("memory_limit_mb") or 0) << 20
-    log_path = scratch / "child.log"
+    # A folder of this evaluation's own, made here and removed after it: its task and candidate files
+    # and its log, where no earlier candidate can have put anything (a FIFO, a link, a planted .pyc)
+    own = Path(tempfile.mkdtemp(prefix="evaluation-", dir=scratch))
+    request["scratch"] = str(own)
+    try:
+        return _run_child(request, own, send, gate, timeout_s, memory_limit)
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+def _run_child(request: dict, own: Path, send, gate, timeout_s: float, memory_limit: int) -> dict:
+    log_path = own / "child.log"
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -328,9 +354,10 @@ def _parse(data: bytes) -> dict | None:
     if len(data) < _HEADER.size or len(data) - _HEADER.size < _HEADER.unpack_from(data)[0]:
         return None  # none, or cut short: the child died while writing
     try:
-        return json.loads(data[_HEADER.size:])
-    except ValueError:
+        reply = json.loads(data[_HEADER.size:])
+    except (ValueError, RecursionError):  # garbage, or nested past the parser's depth: no result
         return None
+    return reply if isinstance(reply, dict) else None
 
 
 # What kernels derived from torch.compile (seeds, and their children) import besides torch and triton:
