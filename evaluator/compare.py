@@ -27,6 +27,11 @@ def flatten(outputs) -> list:
     return [outputs]
 
 
+# What an output may be: a subclass of either (of Parameter too) could compute its values only when
+# they are read, by the comparison, outside any timed window
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 def mismatch(expected, actual, atol: float | None, rtol: float | None, atol_scale: float = 1.0) -> str | None:
     """Why ``actual`` does not match ``expected``, or None when it does.  ``atol_scale`` multiplies the
     absolute tolerance (inputs scaled up by that factor: see ``evaluator.correctness``)."""
@@ -41,7 +46,7 @@ def mismatch(expected, actual, atol: float | None, rtol: float | None, atol_scal
             continue
         if not isinstance(a, torch.Tensor):
             return f"{where}returned {type(a).__name__}, the reference returns a tensor"
-        if type(a) is not torch.Tensor and not isinstance(a, torch.nn.Parameter):
+        if type(a) not in PLAIN_TENSORS:
             return f"{where}returned a tensor subclass {type(a).__name__}"
         if a.shape != e.shape:
             return f"{where}shape {tuple(a.shape)}, expected {tuple(e.shape)}"

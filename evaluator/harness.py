@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import re
 import sys
 import time
@@ -276,6 +277,7 @@ def _evaluate(request: dict, device: str, stage: Stage) -> EvalResult:
     if device.startswith("cuda"):  # in a pipeline, this candidate's JIT compiles overlap another's timing
         compile_sections(request.get("gate_fds"), torch.cuda.synchronize)
     stage.now = "loading the module"
+    asked = _request_digest(request)  # what the host asked, before any candidate code runs
     try:
         candidate = _load_module(source, scratch, "candidate")
     except Exception as exc:
@@ -298,16 +300,30 @@ def _evaluate(request: dict, device: str, stage: Stage) -> EvalResult:
                           error_text(exc)) from exc
     with phases.timed("state_s"):
         watch.check("once loaded and built")
+    _request_unchanged(request, asked, "once loaded and built")
     invoker = Invoker(model, device)  # every call of the candidate from here on
     try:
-        return _checked_and_timed(request, device, problem, reference, invoker, watch, shapes, phases, began,
-                                  reference_bytes, stage)
+        result = _checked_and_timed(request, device, problem, reference, invoker, watch, shapes, phases, began,
+                                    reference_bytes, stage)
+        _request_unchanged(request, asked, "after its checks and timing")
+        return result
     except Failure as failure:
         if failure.status is not Status.REJECTED:  # a reference the candidate altered fails the checks too
             watch.check("when its checks failed", dispatcher=True)
         raise
     finally:
         invoker.close()
+
+
+def _request_digest(request: dict) -> str:
+    return hashlib.sha256(json.dumps(request, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def _request_unchanged(request: dict, asked: str, when: str) -> None:
+    """The request as the host sent it: the tolerance, the timing and the checks' settings are read
+    from it after the candidate's module has run, which could reach it through the harness's frames."""
+    if _request_digest(request) != asked:
+        raise Failure(Status.REJECTED, f"the candidate changed the evaluation's request ({when})")
 
 
 def _reference_alone(problem, reference, shapes, seed: int, device: str):

@@ -29,12 +29,13 @@ and nothing at call time tells a checked one from the others:
 from __future__ import annotations
 
 import secrets
+import weakref
 from dataclasses import dataclass, field
 
 import torch
 
 from evaluator.calls import Failure, call, call_candidate, clone, make_inputs
-from evaluator.compare import digest, flatten
+from evaluator.compare import PLAIN_TENSORS, digest, flatten
 from evaluator.float64_arbiter import judged_mismatch
 from evaluator.guards import CandidateMonitor, argument_bytes, call_violation
 from evaluator.kernel_profile import aggregate
@@ -85,16 +86,39 @@ class TimedCalls:
     mode: object = None  # the dispatch mode of an audit's calls
     last_attempted: int = 0  # launches tried by the last call, failed ones included
     _last: tuple | None = None
+    _earlier: list = field(default_factory=list)  # weak references to earlier calls' outputs
 
     def __call__(self):
         number, inputs = self.calls, self.sets[self.calls % len(self.sets)]
         self.calls += 1
         saved = clone(inputs) if self.keep_inputs and (self.keep or self.every) else None
         outcome = call_candidate(self.invoker, inputs, f"timed call {number + 1}", self.mode)
+        self._made_anew(number, outcome.output)
         self.launches.append(outcome.launched)
         self.last_attempted = outcome.attempted
         self._last = (number, outcome.output, saved)
         return outcome.output
+
+    def _made_anew(self, number: int, output) -> None:
+        """Each call's outputs plain tensors in storage of their own: not a subclass (whose values could be
+        computed when read, outside the window), nor the storage of an earlier call's output still alive.
+        The harness holds no output past its call (kept ones are copies), so one alive is held by the
+        candidate: remembered for the same inputs, the work left out of every call after the first
+        (the input sets are used in turn), or a buffer each call overwrites under the caller's feet."""
+        tensors = [t for t in flatten(output) if isinstance(t, torch.Tensor)]
+        for t in tensors:
+            if type(t) not in PLAIN_TENSORS:
+                raise Failure(Status.REJECTED, f"timed call {number + 1} returned a tensor subclass "
+                                               f"{type(t).__name__}: outputs must be plain tensors")
+        alive = [t for t in (ref() for ref in self._earlier) if t is not None]
+        # an input returned as it is (a kernel working in place) is the harness's, not remembered
+        inputs = {_storage(t) for inputs in self.sets for t in flatten(inputs) if isinstance(t, torch.Tensor)}
+        held = {_storage(t) for t in alive} - inputs - {0}
+        if any(_storage(t) in held for t in tensors):
+            raise Failure(Status.REJECTED, f"timed call {number + 1} returned an output in the storage of an "
+                                           "earlier call's output, which the candidate still holds: each call "
+                                           "must make its outputs anew (a remembered output times no work)")
+        self._earlier = [weakref.ref(t) for t in alive + tensors]
 
     def after(self) -> None:
         """After the last call's window has closed: whether its output is kept is drawn now."""
@@ -113,6 +137,12 @@ class TimedCalls:
 
     def set_of(self, number: int) -> int:
         return number % len(self.sets)
+
+
+def _storage(t: torch.Tensor) -> int:
+    """Where ``t``'s storage starts (0 for none: an empty tensor's)."""
+    storage = t.untyped_storage()
+    return storage.data_ptr() if storage.nbytes() else 0
 
 
 def stream_synchronize(device: str) -> None:

@@ -81,6 +81,11 @@ def test_an_output_remembered_by_shape_is_wrong_on_the_timed_input_sets(evaluato
                          "                return LAST")
     cheat = cheat.replace("global CALLS", "global CALLS, LAST").replace("        return out", "        LAST = out\n        return out")
     result = evaluator.evaluate("double", TASK, cheat)
+    # the output it returns again is still held: refused before any comparison, which would miss it
+    assert result.status is Status.REJECTED and "earlier call's output" in result.reason, result.reason
+    # one that copies its last output into a new one is wrong on the timed input sets
+    copied = cheat.replace("                return LAST", "                return LAST.clone()")
+    result = evaluator.evaluate("double", TASK, copied)
     assert result.status is Status.INCORRECT and "timed calls, input set" in result.reason, result.reason
 
 

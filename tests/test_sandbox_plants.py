@@ -113,3 +113,26 @@ def test_a_reply_no_evaluation_gives_is_reported_as_malformed(cpu_evaluator, fie
     result = cpu_evaluator.evaluate("double", TASK, forged_reply(**fields))
     assert result.status is Status.CRASHED
     assert result.reason == f"the evaluation answered a malformed result: {why}"
+
+
+LOOSEN_THE_REQUEST = '''
+import sys
+
+
+def _loosen():
+    frame = sys._getframe()
+    while frame is not None:
+        request = frame.f_locals.get("request")
+        if isinstance(request, dict) and "candidate_source" in request:
+            request["tolerance"] = 1e30  # read by the checks after the module has run
+        frame = frame.f_back
+
+
+_loosen()
+'''
+
+
+def test_a_candidate_that_changes_the_request_it_is_judged_by_is_rejected(cpu_evaluator):
+    result = cpu_evaluator.evaluate("double", TASK, LOOSEN_THE_REQUEST + WRONG)
+    assert result.status is Status.REJECTED
+    assert result.reason == "the candidate changed the evaluation's request (once loaded and built)"
