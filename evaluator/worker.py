@@ -293,12 +293,26 @@ def run_isolated(request: dict, scratch: Path, send=None) -> dict:
     memory_limit = int(request.get("memory_limit_mb") or 0) << 20
     # A folder of this evaluation's own, made here and removed after it: its task and candidate files
     # and its log, where no earlier candidate can have put anything (a FIFO, a link, a planted .pyc)
-    own = Path(tempfile.mkdtemp(prefix="evaluation-", dir=scratch))
+    try:
+        own = _own_folder(scratch)
+    except OSError as exc:
+        return {"sandbox": "crashed", "reason": f"no folder could be made for the evaluation in the worker's "
+                                               f"scratch: {exc}"}
     request["scratch"] = str(own)
     try:
         return _run_child(request, own, send, gate, timeout_s, memory_limit)
     finally:
         shutil.rmtree(own, ignore_errors=True)
+
+
+def _own_folder(scratch: Path) -> Path:
+    """A new folder in the scratch, made writable again first should an earlier candidate have
+    taken that away (the worker owns the scratch, and would otherwise fail every evaluation after)."""
+    try:
+        return Path(tempfile.mkdtemp(prefix="evaluation-", dir=scratch))
+    except PermissionError:
+        os.chmod(scratch, 0o700)
+        return Path(tempfile.mkdtemp(prefix="evaluation-", dir=scratch))
 
 
 def _run_child(request: dict, own: Path, send, gate, timeout_s: float, memory_limit: int) -> dict:

@@ -136,3 +136,26 @@ def test_a_candidate_that_changes_the_request_it_is_judged_by_is_rejected(cpu_ev
     result = cpu_evaluator.evaluate("double", TASK, LOOSEN_THE_REQUEST + WRONG)
     assert result.status is Status.REJECTED
     assert result.reason == "the candidate changed the evaluation's request (once loaded and built)"
+
+
+
+def test_a_scratch_made_read_only_by_a_candidate_is_made_writable_again(tmp_path, monkeypatch):
+    # as a user other than root (whom the mode does not stop) the worker could make no folder there
+    # again, and every later evaluation on it would crash
+    import stat
+    import tempfile
+
+    from evaluator import worker
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(mode=0o500)
+    made = tempfile.mkdtemp
+
+    def as_a_user(prefix, dir):
+        if not stat.S_IMODE(dir.stat().st_mode) & stat.S_IWUSR:
+            raise PermissionError(13, "Permission denied", str(dir))
+        return made(prefix=prefix, dir=dir)
+
+    monkeypatch.setattr(worker.tempfile, "mkdtemp", as_a_user)
+    own = worker._own_folder(scratch)
+    assert own.parent == scratch and own.is_dir() and stat.S_IMODE(scratch.stat().st_mode) == 0o700
