@@ -88,6 +88,10 @@ class TimedCalls:
     _last: tuple | None = None
     _earlier: list = field(default_factory=list)  # weak references to earlier calls' outputs
 
+    def __post_init__(self):
+        # an input returned as it is (a kernel working in place) is the harness's, not remembered
+        self._inputs = {_storage(t) for inputs in self.sets for t in flatten(inputs) if isinstance(t, torch.Tensor)}
+
     def __call__(self):
         number, inputs = self.calls, self.sets[self.calls % len(self.sets)]
         self.calls += 1
@@ -111,9 +115,7 @@ class TimedCalls:
                 raise Failure(Status.REJECTED, f"timed call {number + 1} returned a tensor subclass "
                                                f"{type(t).__name__}: outputs must be plain tensors")
         alive = [t for t in (ref() for ref in self._earlier) if t is not None]
-        # an input returned as it is (a kernel working in place) is the harness's, not remembered
-        inputs = {_storage(t) for inputs in self.sets for t in flatten(inputs) if isinstance(t, torch.Tensor)}
-        held = {_storage(t) for t in alive} - inputs - {0}
+        held = {_storage(t) for t in alive} - self._inputs - {0}
         if any(_storage(t) in held for t in tensors):
             raise Failure(Status.REJECTED, f"timed call {number + 1} returned an output in the storage of an "
                                            "earlier call's output, which the candidate still holds: each call "

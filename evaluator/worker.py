@@ -120,10 +120,10 @@ def _tail(path: Path, limit: int = 3000) -> str:
     except OSError:
         return ""
     try:
-        size = os.fstat(fd).st_size
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             return ""
-        os.lseek(fd, max(0, size - limit), os.SEEK_SET)
+        os.lseek(fd, max(0, info.st_size - limit), os.SEEK_SET)
         data = os.read(fd, limit)
     except OSError:
         return ""
@@ -287,10 +287,6 @@ def run_isolated(request: dict, scratch: Path, send=None) -> dict:
     """Run one request in a forked child; when it answers, times out or uses too much memory, kill
     every process it started (however they detached).  ``send`` passes gate messages to the host."""
     request["containment_off"] = _containment_off(request)
-    gate = _GateRelay(send) if request.get("gate") and send is not None else None
-    request["gate_fds"] = gate.child_fds() if gate else None
-    timeout_s = float(request.get("timeout_s", 60))
-    memory_limit = int(request.get("memory_limit_mb") or 0) << 20
     # A folder of this evaluation's own, made here and removed after it: its task and candidate files
     # and its log, where no earlier candidate can have put anything (a FIFO, a link, a planted .pyc)
     try:
@@ -299,6 +295,10 @@ def run_isolated(request: dict, scratch: Path, send=None) -> dict:
         return {"sandbox": "crashed", "reason": f"no folder could be made for the evaluation in the worker's "
                                                f"scratch: {exc}"}
     request["scratch"] = str(own)
+    gate = _GateRelay(send) if request.get("gate") and send is not None else None
+    request["gate_fds"] = gate.child_fds() if gate else None
+    timeout_s = float(request.get("timeout_s", 60))
+    memory_limit = int(request.get("memory_limit_mb") or 0) << 20
     try:
         return _run_child(request, own, send, gate, timeout_s, memory_limit)
     finally:
