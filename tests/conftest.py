@@ -12,6 +12,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import pytest  # noqa: E402
 
 from evo.core.task import load_tasks  # noqa: E402
+from tests.support import triton_language  # noqa: E402
 
 
 def _has_gpu() -> bool:
@@ -28,6 +29,13 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _triton_language_as_it_was():
+    """A test's interpreted kernels leave nothing patched for the next test's compiled ones."""
+    yield
+    triton_language.restore()
 
 
 @pytest.fixture(scope="session")

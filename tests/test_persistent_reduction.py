@@ -8,7 +8,7 @@ from evaluator import Evaluator, EvaluatorSettings, Status
 from evo.core.kernel_source import find_tunables
 from evo.core.program import Program
 from operators.persistent_reduction import PersistentReduction
-from tests.support.modules import load_source
+from tests.support.modules import run_compiled
 from tests.support.proposals import ELEMENTWISE, as_seed, child_of
 
 _HEADER = '''import torch
@@ -307,8 +307,13 @@ def test_persistent_children_compile_and_are_correct_on_a_gpu(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     for task, task_source, parent in _CASES:
-        reference = {}
-        exec(task_source, reference)
-        module = load_source(_child(parent).source, tmp_path, f"persistent_reduction_{task}")
-        x = reference["get_inputs"]()[0].cuda()
-        torch.testing.assert_close(module.ModelNew()(x), reference["Model"]()(x), atol=1e-4, rtol=1e-4)
+        (tmp_path / f"task_{task}.py").write_text(task_source)
+        (tmp_path / f"persistent_reduction_{task}.py").write_text(_child(parent).source)
+        run_compiled(f"""
+import torch
+from tests.support.modules import load_module
+reference = load_module({str(tmp_path / f"task_{task}.py")!r}, compiled=False)
+module = load_module({str(tmp_path / f"persistent_reduction_{task}.py")!r})
+x = reference.get_inputs()[0].cuda()
+torch.testing.assert_close(module.ModelNew()(x), reference.Model()(x), atol=1e-4, rtol=1e-4)
+""")

@@ -10,7 +10,7 @@ from evo.core.kernel_source import find_tunables
 from evo.core.program import Program
 from evo.core.task import load_tasks
 from operators.persistent_tiles import PersistentTiles
-from tests.support.modules import load_source
+from tests.support.modules import run_compiled
 from tests.support.proposals import ELEMENTWISE, as_seed, child_of
 from tests.test_compile_seed import MATMUL_INPUTS, gemm_template, matmul_task
 
@@ -110,10 +110,14 @@ def test_persistent_children_compile_and_are_correct_on_a_gpu(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     for programs_per_sm in (1, 4):
-        module = load_source(_child(_seed(), programs_per_sm=programs_per_sm).source, tmp_path,
-                             f"persistent_child_{programs_per_sm}")
-        a = torch.randn(100, 96, dtype=torch.float16, device="cuda")
-        b = torch.randn(96, 72, dtype=torch.float16, device="cuda")
-        out = module.ModelNew().cuda()(a, b)
-        torch.testing.assert_close(out, a @ b, atol=1e-2, rtol=1e-2)
-        assert module._PERSISTENT_SM_COUNTS == {a.device: torch.cuda.get_device_properties(0).multi_processor_count}
+        path = tmp_path / f"persistent_child_{programs_per_sm}.py"
+        path.write_text(_child(_seed(), programs_per_sm=programs_per_sm).source)
+        run_compiled(f"""
+import torch
+from tests.support.modules import load_module
+module = load_module({str(path)!r})
+a = torch.randn(100, 96, dtype=torch.float16, device="cuda")
+b = torch.randn(96, 72, dtype=torch.float16, device="cuda")
+torch.testing.assert_close(module.ModelNew().cuda()(a, b), a @ b, atol=1e-2, rtol=1e-2)
+assert module._PERSISTENT_SM_COUNTS == {{a.device: torch.cuda.get_device_properties(0).multi_processor_count}}
+""")

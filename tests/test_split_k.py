@@ -10,7 +10,7 @@ from evo.core.kernel_source import find_tunables
 from evo.core.program import Program
 from evo.core.task import load_tasks
 from operators.split_k import SplitK
-from tests.support.modules import load_source
+from tests.support.modules import run_compiled
 from tests.support.proposals import child_of
 from tests.test_compile_seed import DATA, MATMUL_INPUTS, gemm_template, matmul_task
 
@@ -99,11 +99,16 @@ def test_split_children_compile_and_are_correct_on_a_gpu(tmp_path):
     import torch
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    module = load_source(_child(_seed()).source, tmp_path, "split_k_child")
-    a = torch.randn(64, 1024, dtype=torch.float16, device="cuda")
-    b = torch.randn(1024, 32, dtype=torch.float16, device="cuda")
-    out = module.ModelNew().cuda()(a, b)
-    torch.testing.assert_close(out, a @ b, atol=1e-2, rtol=1e-2)
+    path = tmp_path / "split_k_child.py"
+    path.write_text(_child(_seed()).source)
+    run_compiled(f"""
+import torch
+from tests.support.modules import load_module
+module = load_module({str(path)!r})
+a = torch.randn(64, 1024, dtype=torch.float16, device="cuda")
+b = torch.randn(1024, 32, dtype=torch.float16, device="cuda")
+torch.testing.assert_close(module.ModelNew().cuda()(a, b), a @ b, atol=1e-2, rtol=1e-2)
+""")
 
 
 def test_a_run_starts_a_gemm_of_few_tiles_and_a_long_k_split_before_its_other_seeds():
