@@ -6,16 +6,13 @@ worker (``evaluator.worker``) forks a fresh child for each request and calls
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import json
 import re
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+from evaluator.as_sent import load_module, request_digest, request_unchanged
 from evaluator.calls import Failure, call, error_text, is_out_of_memory, make_inputs, synchronize
 from evaluator.compare import mismatch
 from evaluator.correctness import Verifier
@@ -70,20 +67,6 @@ def handle(request: dict) -> dict:
     raise ValueError(f"unknown request kind {kind!r}")
 
 
-def _load_module(source: str, scratch: Path, prefix: str):
-    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-    path = scratch / f"{prefix}_{digest}.py"
-    path.write_text(source, encoding="utf-8")  # read back by inspect: Triton's JIT parses its kernels' source
-    name = f"{prefix}_{digest}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # triton.jit and dataclasses look modules up by name
-    # compiled from the text given, never from a cached .pyc (the loader would take one a candidate
-    # planted, unchecked against the source): what runs is what the host sent
-    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102
-    return module
-
-
 def select_shapes(problem, device: str, cpu_max_numel: int) -> list[dict]:
     """Shape sets to check, small to large; on the CPU only those that fit the interpreter."""
     shapes = [dict(s) for s in getattr(problem, "SHAPES", None) or [{}]]
@@ -126,7 +109,7 @@ def check_task(request: dict) -> dict:
     device, scratch = request["device"], Path(request["scratch"])
     stage = "load"
     try:
-        problem = _load_module(request["task_source"], scratch, "task")
+        problem = load_module(request["task_source"], scratch, "task")
         shapes = select_shapes(problem, device, request["cpu_max_numel"])
         model, _ = build_reference(problem, device)
         stage = "reference"
@@ -169,7 +152,7 @@ def make_compile_seed(request: dict) -> dict:
         return {"ok": False, "error": "seeds from torch.compile need a GPU (inductor generates Triton only for GPUs)"}
     captured: dict = {}  # inductor's output, kept in the reply whether or not it became a seed
     try:
-        problem = _load_module(request["task_source"], scratch, "task")
+        problem = load_module(request["task_source"], scratch, "task")
         reference, _ = build_reference(problem, device)
         shapes = select_shapes(problem, device, request["cpu_max_numel"])
         # Compiled and autotuned for the largest shape set, the one timed (no size-1 dims to
@@ -218,7 +201,7 @@ def compile_baseline(request: dict) -> dict:
     whole = request.pop("gate_fds", None) if request.get("exclusive") else None
     try:
         with gpu_alone(whole):
-            problem = _load_module(request["task_source"], Path(request["scratch"]), "task")
+            problem = load_module(request["task_source"], Path(request["scratch"]), "task")
             reference, _ = build_reference(problem, device)
             shape = select_shapes(problem, device, request["cpu_max_numel"])[-1]
             inputs = make_inputs(problem, shape, request["seeds"][0], device)
@@ -262,7 +245,7 @@ def _evaluate(request: dict, device: str, stage: Stage) -> EvalResult:
         with phases.timed("cuda_init_s"):  # the forked child's own CUDA context
             torch.empty(1, device=device)
     with phases.timed("reference_s"):
-        problem = _load_module(request["task_source"], scratch, "task")
+        problem = load_module(request["task_source"], scratch, "task")
         shapes = select_shapes(problem, device, request["cpu_max_numel"])
     # The start is host work, spared by a pipeline's timing gate; the GPU from here on.
     gate.host_start_over(request.get("gate_fds"))
@@ -277,9 +260,9 @@ def _evaluate(request: dict, device: str, stage: Stage) -> EvalResult:
     if device.startswith("cuda"):  # in a pipeline, this candidate's JIT compiles overlap another's timing
         compile_sections(request.get("gate_fds"), torch.cuda.synchronize)
     stage.now = "loading the module"
-    asked = _request_digest(request)  # what the host asked, before any candidate code runs
+    asked = request_digest(request)  # what the host asked, before any candidate code runs
     try:
-        candidate = _load_module(source, scratch, "candidate")
+        candidate = load_module(source, scratch, "candidate")
     except Exception as exc:
         raise Failure(Status.COMPILE_ERROR, f"loading the candidate: {type(exc).__name__}: {exc}",
                        error_text(exc)) from exc
@@ -300,12 +283,12 @@ def _evaluate(request: dict, device: str, stage: Stage) -> EvalResult:
                           error_text(exc)) from exc
     with phases.timed("state_s"):
         watch.check("once loaded and built")
-    _request_unchanged(request, asked, "once loaded and built")
+    request_unchanged(request, asked, "once loaded and built")
     invoker = Invoker(model, device)  # every call of the candidate from here on
     try:
         result = _checked_and_timed(request, device, problem, reference, invoker, watch, shapes, phases, began,
                                     reference_bytes, stage)
-        _request_unchanged(request, asked, "after its checks and timing")
+        request_unchanged(request, asked, "after its checks and timing")
         return result
     except Failure as failure:
         if failure.status is not Status.REJECTED:  # a reference the candidate altered fails the checks too
@@ -313,17 +296,6 @@ def _evaluate(request: dict, device: str, stage: Stage) -> EvalResult:
         raise
     finally:
         invoker.close()
-
-
-def _request_digest(request: dict) -> str:
-    return hashlib.sha256(json.dumps(request, sort_keys=True, default=repr).encode()).hexdigest()
-
-
-def _request_unchanged(request: dict, asked: str, when: str) -> None:
-    """The request as the host sent it: the tolerance, the timing and the checks' settings are read
-    from it after the candidate's module has run, which could reach it through the harness's frames."""
-    if _request_digest(request) != asked:
-        raise Failure(Status.REJECTED, f"the candidate changed the evaluation's request ({when})")
 
 
 def _reference_alone(problem, reference, shapes, seed: int, device: str):

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from evaluator import containment
+from evaluator.gate_relay import GateRelay
 
 FILE_SIZE_LIMIT = 1 << 30  # a runaway candidate cannot fill the disk
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
@@ -192,7 +193,7 @@ def _containment_off(request: dict) -> dict:
 
 
 def _read_reply(read_fd: int, pid: int, timeout_s: float, memory_limit: int,
-                gate: "_GateRelay | None" = None) -> tuple[bytes, str, int]:
+                gate: GateRelay | None = None) -> tuple[bytes, str, int]:
     """The child's length-prefixed reply, or why there is none: ``timeout``, ``memory`` or ``exited``
     (with the child's wait status).  A process the candidate left holding the pipe costs no wait.
     Time spent stopped by the GPU's timing gate, or waiting for it, does not count."""
@@ -233,56 +234,6 @@ def _read_reply(read_fd: int, pid: int, timeout_s: float, memory_limit: int,
     return data, "", 0
 
 
-class _GateRelay:
-    """Passes an evaluation's requests for the GPU alone (``W``, then ``D`` when its timing is done)
-    and its JIT compiles (``C``, ``E``) to the host's timing gate (:mod:`evaluator.gate`), and the
-    host's go-ahead back (``G``)."""
-
-    def __init__(self, send):
-        self.send = send
-        self.want_fd, self.child_want_fd = os.pipe()
-        self.child_go_fd, self.go_fd = os.pipe()
-        self.open = True
-
-    def child_fds(self) -> list[int]:
-        return [self.child_want_fd, self.child_go_fd]
-
-    def relay(self) -> float:
-        """Act on what the child wrote; the seconds spent waiting for the host's go-ahead."""
-        began, chunk = time.monotonic(), os.read(self.want_fd, 64)
-        if not chunk:  # the child and everything it started closed the pipe
-            self.open = False
-            return 0.0
-        for byte in chunk:
-            if byte == ord("W"):
-                self._until_go({"gate": "want"})
-            elif byte == ord("D"):
-                self.send({"gate": "done"})
-            elif byte == ord("C"):  # a JIT compile: the gate need not stop this evaluation
-                self.send({"gate": "compiling"})
-            elif byte == ord("E"):  # compiled: the GPU again once the gate allows
-                self._until_go({"gate": "compiled"})
-        return time.monotonic() - began
-
-    def _until_go(self, message: dict) -> None:
-        self.send(message)
-        while (line := sys.stdin.readline()) and json.loads(line).get("gate") != "go":
-            pass
-        try:
-            os.write(self.go_fd, b"G")
-        except OSError:  # the child is gone
-            pass
-
-    def close_child_ends(self) -> None:
-        """In the worker, once the child is forked: the child's ends are the child's alone."""
-        os.close(self.child_want_fd)
-        os.close(self.child_go_fd)
-
-    def close(self) -> None:
-        os.close(self.want_fd)
-        os.close(self.go_fd)
-
-
 def run_isolated(request: dict, scratch: Path, send=None) -> dict:
     """Run one request in a forked child; when it answers, times out or uses too much memory, kill
     every process it started (however they detached).  ``send`` passes gate messages to the host."""
@@ -295,7 +246,7 @@ def run_isolated(request: dict, scratch: Path, send=None) -> dict:
         return {"sandbox": "crashed", "reason": f"no folder could be made for the evaluation in the worker's "
                                                f"scratch: {exc}"}
     request["scratch"] = str(own)
-    gate = _GateRelay(send) if request.get("gate") and send is not None else None
+    gate = GateRelay(send) if request.get("gate") and send is not None else None
     request["gate_fds"] = gate.child_fds() if gate else None
     timeout_s = float(request.get("timeout_s", 60))
     memory_limit = int(request.get("memory_limit_mb") or 0) << 20
