@@ -11,7 +11,7 @@ from evaluator.calls import call, make_inputs
 from evaluator.compare import digest
 from evaluator.guards import compiled_kernels
 from evaluator.phases import Phases
-from evaluator.timed_checks import (TimedCalls, audit, check_kept, check_launches, check_outputs, in_turn,
+from evaluator.timed_checks import (TimedCalls, as_busy_unwatched, audit, check_kept, check_launches, check_outputs, in_turn,
                                     input_sets, inputs_unchanged)
 from evaluator.timing import time_interleaved, time_side_by_side, timing_args
 
@@ -82,6 +82,7 @@ def measure(request: dict, problem, reference, invoker, shapes: list[dict], seed
     with phases.timed("timed_checks_s"):
         measured["timed_checks"] = _check_timed(request, problem, reference, timed_calls, candidate, timing, digests)
     pair = timed["reference"]
+    as_busy_unwatched(pair.candidate.median_ms, measured["timed_checks"])
     # The time of the timed calls (GPU time on a GPU; medians times samples): the part of an evaluation
     # spent on what it measures.
     measured["timed_reps"] = pair.candidate.samples  # reps, or fewer: budget_s, racing, timing.precision

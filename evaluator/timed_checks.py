@@ -24,7 +24,9 @@ and nothing at call time tells a checked one from the others:
 - one batch of calls after those is audited (:func:`audit`): each under the dispatch monitor
   (PyTorch may only allocate, view, copy and cast around the candidate's kernels) and, on a GPU,
   under ``torch.profiler``: at least ``triton_share_min`` of its device time must be in the
-  candidate's own Triton kernels, on the caller's stream.
+  candidate's own Triton kernels, on the caller's stream, and the timed calls' median at least
+  a quarter of the device time an audited call took (:func:`as_busy_unwatched`: a candidate that does less
+  when not watched).
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ from evaluator.float64_arbiter import judged_mismatch
 from evaluator.guards import CandidateMonitor, argument_bytes, call_violation
 from evaluator.kernel_profile import aggregate
 from evaluator.result import Status
+from evaluator.timing import spin_rate
 
 MB = 1 << 20
 
@@ -256,7 +259,9 @@ def audit(timed: TimedCalls, calls: int, kernel_names: set[str], minimum: float)
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, argument_bytes() as moved:
-        torch.cuda._sleep(1000)  # the marker: PyTorch's spin_kernel, on the caller's stream
+        # the marker, PyTorch's spin_kernel on the caller's stream, held while the host queues the calls:
+        # the GPU then runs them back to back at the clocks timing ran at (as_busy_unwatched compares)
+        torch.cuda._sleep(max(1000, int(_AUDIT_LEAD_MS * spin_rate())))
         run()
         torch.cuda.synchronize()
     kernels = [(e.name, e.device_resource_id, e.time_range.elapsed_us()) for e in prof.events()
@@ -273,11 +278,34 @@ def audit(timed: TimedCalls, calls: int, kernel_names: set[str], minimum: float)
         raise Failure(Status.REJECTED,
                       f"only {share.share:.0%} of the device time of {calls} timed calls is in the candidate's "
                       f"own Triton kernels (at least {minimum:.0%} needed); the rest: {share.top_others()}")
-    verified.update(triton_share=round(share.share, 4), profiled_calls=calls, stream_checked=marker is not None)
+    caller = marker[1] if marker else None
+    on_caller = sum(us for _, stream, us in kernels if caller is None or stream == caller)
+    verified.update(triton_share=round(share.share, 4), profiled_calls=calls, stream_checked=marker is not None,
+                    audited_call_ms=round(on_caller / calls / 1e3, 6))
     # Where the device time went, by kernel: for the LLM's prompt (evaluator.kernel_profile), taken out
     # of what was verified by the caller, which knows the work and the peaks.
     verified["device_times"] = {"times": aggregate(kernels), "own": sorted(kernel_names), "argument_bytes": moved}
     return verified
+
+
+# A timed call's median may fall this far below the device time an audited call took, and no further:
+# a margin for clocks and caches, so a candidate doing less when not watched gains at most 4x unseen.
+UNWATCHED_MIN = 0.25
+_AUDIT_LEAD_MS = 20.0  # the GPU's spin ahead of the audited calls
+
+
+def as_busy_unwatched(timed_ms: float, verified: dict | None) -> None:
+    """The timed calls' median against the device time of an audited call (on a GPU, where the audit
+    profiles).  A timed call's window spans its kernels on the one stream and more, and the audited
+    calls run warm (no cache flushed between them), so an honest candidate's median is about that
+    device time or above it; one that does less when no dispatch mode or profiler is on than when one
+    is falls below it, by as much as it gains."""
+    audited = (verified or {}).get("audited_call_ms")
+    if audited and timed_ms < UNWATCHED_MIN * audited:
+        raise Failure(Status.REJECTED, f"the timed calls took {timed_ms:.4g} ms (median), {timed_ms / audited:.2f} of "
+                                       f"the {audited:.4g} ms of device time an audited call took (at least "
+                                       f"{UNWATCHED_MIN:.2f} needed): a candidate must do the same work whether or "
+                                       "not a dispatch mode or the profiler is on")
 
 
 @dataclass

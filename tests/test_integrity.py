@@ -3,6 +3,7 @@ candidate it catches and an honest kernel it lets through."""
 import pytest
 
 from evaluator import Evaluator, EvaluatorSettings, Status
+from evaluator.calls import Failure
 from tests.support.candidates import TASK, candidate
 
 
@@ -115,6 +116,21 @@ def test_timed_input_sets_fall_back_to_two_beyond_their_memory_budget():
     assert len(sets) == 3 and len({s[0].data_ptr() for s in sets}) == 3
     assert not torch.equal(sets[0][0], sets[1][0])
     assert len(input_sets(Problem, {"n": 1 << 18}, 0, "cpu", dict(timing, input_sets_mb=1), first)) == 2
+
+
+def test_timed_calls_far_faster_than_the_audited_ones_are_rejected():
+    from evaluator.timed_checks import UNWATCHED_MIN, as_busy_unwatched
+
+    # Honest: a timed window spans its kernels and more, and the audited calls run warm.
+    as_busy_unwatched(1.10, {"audited_call_ms": 1.0})
+    as_busy_unwatched(0.90, {"audited_call_ms": 1.0})  # a faster clock while timing: within the margin
+    as_busy_unwatched(0.01, None)  # no audit (the CPU): nothing to hold it to
+    as_busy_unwatched(0.01, {"triton_share": 1.0})
+    # Eight launches while a dispatch mode or the profiler is on, one otherwise.
+    with pytest.raises(Failure) as caught:
+        as_busy_unwatched(1.0, {"audited_call_ms": 8.0})
+    assert caught.value.status is Status.REJECTED and "whether or not" in caught.value.reason
+    assert f"at least {UNWATCHED_MIN:.2f} needed" in caught.value.reason
 
 
 def test_the_device_share_counts_the_candidates_kernels_on_the_callers_stream_only():

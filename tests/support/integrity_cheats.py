@@ -84,6 +84,12 @@ def gelu_cheats(seed: str) -> dict[str, tuple[str, str]]:
                                           _COUNT + "        if CALLS > 60:\n"
                                           "            return torch.nn.functional.gelu(x)\n" + _GELU_LAUNCH),
                                   "its own kernel for the first 60 calls (the checks), PyTorch's gelu after them"),
+        "more_work_when_watched": (_change(seed, _GELU_LAUNCH,
+                                           _GELU_LAUNCH + "        if torch._C._len_torch_dispatch_stack() or "
+                                           "torch.autograd.profiler._is_profiler_enabled:\n"
+                                           + ("    " + _GELU_LAUNCH) * 7),
+                                   "its kernel eight times while a dispatch mode or the profiler is on, once "
+                                   "otherwise: the timed calls do an eighth of the audited calls' work"),
         "failed_launch_fallback": (_change(seed, _GELU_LAUNCH,
                                            "        try:\n            broken_kernel[grid](x, out, n, BLOCK_SIZE=BLOCK_SIZE)\n"
                                            "        except Exception:\n"
