@@ -257,11 +257,12 @@ def audit(timed: TimedCalls, calls: int, kernel_names: set[str], minimum: float)
         return verified
     from torch.profiler import ProfilerActivity, profile
 
+    lead = max(1000, int(_AUDIT_LEAD_MS * spin_rate()))  # measured (once a process) before the profiler starts
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, argument_bytes() as moved:
         # the marker, PyTorch's spin_kernel on the caller's stream, held while the host queues the calls:
         # the GPU then runs them back to back at the clocks timing ran at (as_busy_unwatched compares)
-        torch.cuda._sleep(max(1000, int(_AUDIT_LEAD_MS * spin_rate())))
+        torch.cuda._sleep(lead)
         run()
         torch.cuda.synchronize()
     kernels = [(e.name, e.device_resource_id, e.time_range.elapsed_us()) for e in prof.events()
