@@ -328,16 +328,18 @@ def _checked_and_timed(request: dict, device: str, problem, reference, invoker, 
     # Timing shares the GPU with no other evaluation; after it, host work alone (the result).
     with gpu_alone(request.get("gate_fds"), phases, host_after=lambda: synchronize(device)):
         timed_from = time.time()
-        measured = measure(request, problem, reference, invoker, shapes, request["seeds"][0], device, phases, watch)
+        measured = measure(request, problem, reference, invoker, shapes, request["seeds"][0], device, phases, watch,
+                           repeatable_inputs=verifier.repeatable_inputs)
         limit = request.get("roofline_limit") or float("inf")
         extra = {"kernels": kernels} if kernels else {}
         if measured["roofline"] is not None and measured["roofline"]["checked_fraction"] > limit:
             # Faster than the hardware allows: check everything again on fresh inputs and time again.
             fresh = [seed + 7919 for seed in request["seeds"]]
             with phases.timed("reverify_s"):
-                Verifier(problem, reference, invoker, device, watch, request.get("tolerance")).run(shapes, fresh)
+                again = Verifier(problem, reference, invoker, device, watch, request.get("tolerance"))
+                again.run(shapes, fresh)
             first, measured = measured, measure(request, problem, reference, invoker, shapes, fresh[0], device,
-                                                phases, watch)
+                                                phases, watch, repeatable_inputs=again.repeatable_inputs)
             extra["reverified"] = {"roofline_fraction": first["roofline"]["checked_fraction"],
                                    "speedup": first["speedup"]}
             if measured["roofline"]["checked_fraction"] > limit:

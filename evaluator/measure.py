@@ -11,7 +11,8 @@ from evaluator.calls import call, make_inputs
 from evaluator.compare import digest
 from evaluator.guards import compiled_kernels
 from evaluator.phases import Phases
-from evaluator.timed_checks import (TimedCalls, as_busy_unwatched, audit, check_kept, check_launches, check_outputs, in_turn,
+from evaluator.fresh_inputs import FreshInputs
+from evaluator.timed_checks import (SET_SEED_STEP, TimedCalls, as_busy_unwatched, audit, check_kept, check_launches, check_outputs, in_turn,
                                     input_sets, inputs_unchanged)
 from evaluator.timing import time_interleaved, time_side_by_side, timing_args
 
@@ -21,19 +22,21 @@ def numel(values) -> int:
 
 
 def measure(request: dict, problem, reference, invoker, shapes: list[dict], seed: int, device: str,
-             phases: Phases, watch=None) -> dict:
+             phases: Phases, watch=None, repeatable_inputs: bool = True) -> dict:
     """Side-by-side timing on the largest shape (and on every shape set with ``time_shapes=all``):
     speedups, noise, roofline fraction, and the torch.compile baseline; the time of each part
     added to ``phases``.  ``invoker`` calls the candidate (``evaluator.invoke``); ``watch``
     (``evaluator.interpreter_state.StateWatch``) looks for changes to what the reference and the timer
-    depend on after batches drawn at random."""
+    depend on after batches drawn at random; ``repeatable_inputs``: the task's inputs made again from a
+    seed hold the same values (the checks' probe), which drawing them afresh between timed calls needs."""
     timing, shape = request["timing"], shapes[-1]
     with phases.timed("inputs_s"):
         inputs = make_inputs(problem, shape, seed, device)
         sets = input_sets(problem, shape, seed, device, timing, inputs)
         digests, in_place = _pristine(request, reference, sets)
     timed_calls: list[TimedCalls] = []  # every sequence of timed calls, each checked after timing
-    candidate = _timed_calls(request, invoker, sets, device, timed_calls, in_place)
+    fresh = _fresh(request, problem, shape, seed, device, sets, repeatable_inputs)
+    candidate = _timed_calls(request, invoker, sets, device, timed_calls, in_place, fresh)
     baselines = {"reference": in_turn(reference, sets, "reference timing")}
     compile_settings = request.get("compile_baseline") or {}
     backend, mode = compile_settings.get("backend", "inductor"), compile_settings.get("mode")
@@ -55,7 +58,7 @@ def measure(request: dict, problem, reference, invoker, shapes: list[dict], seed
     if race.get("bar") and race["reps"] < timing["reps"]:
         # Racing: a short first round against eager alone; a child clearly slower than the bar (its
         # parent's speedup) keeps that measurement, as its result's ``timing_round`` says.
-        short = _timed_calls(request, invoker, sets, device, timed_calls, in_place)
+        short = _timed_calls(request, invoker, sets, device, timed_calls, in_place, fresh)
         raw: list[list[float]] = [[], []]
         with phases.timed("race_s"):
             first = time_interleaved(short, {"reference": baselines["reference"]}, device,
@@ -158,15 +161,29 @@ def _pristine(request: dict, reference, sets: list[list]) -> tuple[list, bool]:
     return digests, False
 
 
+def _fresh(request: dict, problem, shape: dict, seed: int, device: str, sets: list[list],
+           repeatable: bool) -> FreshInputs | None:
+    """The timed input sets drawn afresh between calls (``evaluator.fresh_inputs``), where the timing
+    asks it, the timed calls are checked, and the task's inputs are made again alike from a seed."""
+    timing = request["timing"]
+    if not (timing.get("fresh_inputs") and request.get("timed_checks") and repeatable):
+        return None
+    fresh = FreshInputs(lambda s: make_inputs(problem, shape, s, device), sets,
+                        seeds=[seed + SET_SEED_STEP * k for k in range(len(sets))],
+                        limit_bytes=float(timing.get("input_sets_mb", 256)) * (1 << 20))
+    return None if fresh.off else fresh
+
+
 def _timed_calls(request: dict, invoker, sets: list[list], device: str, made: list,
-                 in_place: bool = False) -> TimedCalls:
+                 in_place: bool = False, fresh: FreshInputs | None = None) -> TimedCalls:
     """The candidate as timed (``evaluator.timed_checks``): ``timed_samples`` outputs kept, drawn after
     their calls, within timing's memory budget for extra input sets (none with timed checks off); every
     output with ``reverify``.  Added to ``made``."""
     checks, timing = request.get("timed_checks") or {}, request["timing"]
     made.append(TimedCalls(invoker, sets, device, keep=int(checks.get("samples", 0)),
                            keep_bytes=float(timing.get("input_sets_mb", 256)) * (1 << 20),
-                           every=bool(checks) and bool(request.get("reverify")), keep_inputs=in_place))
+                           every=bool(checks) and bool(request.get("reverify")), keep_inputs=in_place,
+                           fresh=fresh))
     return made[-1]
 
 
@@ -220,8 +237,12 @@ def _check_timed(request: dict, problem, reference, made: list[TimedCalls], cand
         calls = max(len(candidate.sets), int(timing.get("batch", 8)))
         verified.update(audit(candidate, calls, names, float(checks["triton_share_min"])))
     if digests:
-        inputs_unchanged(candidate, digests)
+        inputs_unchanged(candidate, candidate.fresh.digests(digests) if candidate.fresh else digests)
     verified["calls"] = sum(timed.calls for timed in made)
+    fresh = candidate.fresh
+    verified["fresh_inputs"] = bool(fresh) and not fresh.off  # every timed call's values new to it
+    if fresh and fresh.off:
+        verified["fresh_inputs_off"] = fresh.off
     return verified
 
 

@@ -45,6 +45,7 @@ from evaluator.result import Status
 from evaluator.timing import spin_rate
 
 MB = 1 << 20
+SET_SEED_STEP = 7919  # input set k of a timing is made from its seed plus k times this
 
 
 def _bytes(values) -> int:
@@ -58,7 +59,7 @@ def input_sets(problem, shape: dict, seed: int, device: str, timing: dict, first
     budget = float(timing.get("input_sets_mb", float("inf"))) * MB
     if wanted > 2 and (wanted - 1) * _bytes(first) > budget:
         wanted = 2
-    return [first, *(make_inputs(problem, shape, seed + 7919 * k, device) for k in range(1, wanted))]
+    return [first, *(make_inputs(problem, shape, seed + SET_SEED_STEP * k, device) for k in range(1, wanted))]
 
 
 def in_turn(model, sets: list[list], stage: str):
@@ -88,6 +89,7 @@ class TimedCalls:
     checked: list[int] = field(default_factory=list)  # numbers of the calls whose outputs were compared
     mode: object = None  # the dispatch mode of an audit's calls
     last_attempted: int = 0  # launches tried by the last call, failed ones included
+    fresh: object = None  # evaluator.fresh_inputs.FreshInputs: the sets drawn afresh after each call
     _last: tuple | None = None
     _earlier: list = field(default_factory=list)  # weak references to earlier calls' outputs
 
@@ -99,6 +101,8 @@ class TimedCalls:
         number, inputs = self.calls, self.sets[self.calls % len(self.sets)]
         self.calls += 1
         saved = clone(inputs) if self.keep_inputs and (self.keep or self.every) else None
+        if saved is None and self.fresh is not None:  # its values' seed: the checks make them again
+            saved = self.fresh.seeds[number % len(self.sets)]
         outcome = call_candidate(self.invoker, inputs, f"timed call {number + 1}", self.mode)
         self._made_anew(number, outcome.output)
         self.launches.append(outcome.launched)
@@ -139,6 +143,8 @@ class TimedCalls:
             self.kept.append((number, clone(out), saved))
         elif self.keep and secrets.randbelow(number + 1) < self.keep:  # a reservoir over every call so far
             self.kept[secrets.randbelow(self.keep)] = (number, clone(out), saved)
+        if self.fresh is not None:  # the set the next call takes, made again from a new seed
+            self.fresh.refresh(self.calls % len(self.sets))
 
     def set_of(self, number: int) -> int:
         return number % len(self.sets)
@@ -164,6 +170,8 @@ def check_kept(timed: TimedCalls, reference, atol, rtol) -> int:
     expected, expected_set = None, None
     for number, out, saved in kept:
         which = timed.set_of(number)
+        if isinstance(saved, int):  # drawn afresh: the values it took, made again from their seed
+            saved = timed.fresh.make(saved)
         if saved is not None:  # the inputs as they were at the call (a reference that works in place)
             expected, expected_set = call(reference, saved, "reference"), None
         elif which != expected_set:

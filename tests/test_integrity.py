@@ -97,7 +97,8 @@ def test_an_honest_kernel_is_verified_on_its_timed_calls(evaluator):
     assert verified["input_sets"] == 3 and verified["outputs_checked"] == 3
     assert len(verified["kept_checked"]) == 3 and verified["launches"] == [1, 1]  # every call launched one kernel
     assert verified["audited_calls"] >= 3 and verified["calls"] >= 4 + 3 + 3  # timed, checked after, audited
-    assert "triton_share" not in verified  # profiled on a GPU only
+    assert "triton_share" not in verified and "audited_call_ms" not in verified  # profiled on a GPU only
+    assert verified["fresh_inputs"] is True  # each timed call's values drawn afresh
 
 
 def test_timed_input_sets_fall_back_to_two_beyond_their_memory_budget():

@@ -1,0 +1,91 @@
+"""Timed calls' input values drawn afresh between calls (runs in the sandbox).
+
+The timed calls take a few input sets in turn (``evaluator.timed_checks.input_sets``).  Held to the
+same values, a set lets a candidate remember its output by a sample of those values and copy it
+into a new tensor on every later call: the copy is all that is timed, and every check passes.  So
+after each of the candidate's calls, once its window has closed, the set its next call takes is
+made again from a seed drawn from the operating system's randomness (the task's own
+``get_inputs``, so its values keep their distribution and structure) and copied into the set's own
+storage.  No timed call then sees values an earlier call saw.  A kept call keeps its seed, and the
+checks make its values again from it for the reference.
+
+Not drawn afresh (the values stay as made before timing): a set of more than ``limit_bytes`` (the
+copy is made beside it), and a task whose ``get_inputs`` gives other shapes, dtypes or plain values
+for another seed.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from evaluator.compare import digest, flatten
+
+
+@dataclass
+class FreshInputs:
+    make: Callable[[int], list]  # an input set of the timed shape, from a seed
+    sets: list[list]  # the timed input sets, refreshed in place
+    seeds: list[int]  # per set, the seed of the values it holds (those it was made from, to start)
+    limit_bytes: float = float("inf")
+    refreshed: list[bool] = field(default_factory=list)
+    off: str = ""  # why no set is drawn afresh (any longer), if so
+
+    def __post_init__(self):
+        self.refreshed = [False] * len(self.sets)
+        if any(_bytes(s) > self.limit_bytes for s in self.sets):
+            self.off = "an input set larger than the timed calls' budget for input sets"
+
+    def refresh(self, which: int) -> None:
+        """Set ``which`` made again from a new seed, in its own storage."""
+        if self.off:
+            return
+        seed = secrets.randbits(31)
+        held = flatten(self.sets[which])
+        try:
+            fresh = flatten(self.make(seed))
+        except Exception as exc:  # noqa: BLE001 (the task's get_inputs: the set then stays as it is)
+            self.off = f"get_inputs failed for another seed: {type(exc).__name__}: {exc}"[:300]
+            return
+        why = _unlike(held, fresh)
+        if why:
+            self.off = why
+            return
+        with torch.no_grad():  # an input that requires grad is written all the same
+            for old, new in zip(held, fresh):
+                if isinstance(old, torch.Tensor):
+                    old.copy_(new)
+        self.seeds[which], self.refreshed[which] = seed, True
+
+    def digests(self, before: list) -> list:
+        """What each set should hold now: its digest before timing where never refreshed, else that of
+        its values made again from its last seed."""
+        return [digest(self.make(s)) if r else b for b, s, r in zip(before, self.seeds, self.refreshed)]
+
+
+def _unlike(held: list, fresh: list) -> str:
+    """Why values made from another seed cannot stand in for ``held`` (empty where they can)."""
+    if len(held) != len(fresh):
+        return "get_inputs gave another number of inputs for another seed"
+    for old, new in zip(held, fresh):
+        if isinstance(old, torch.Tensor) != isinstance(new, torch.Tensor):
+            return "get_inputs gave other kinds of inputs for another seed"
+        if not isinstance(old, torch.Tensor):
+            if repr(old) != repr(new):
+                return "get_inputs gave other plain values for another seed"
+            continue
+        if old.shape != new.shape or old.dtype != new.dtype or old.device != new.device:
+            return "get_inputs gave other shapes or dtypes for another seed"
+        if not _writable_in_place(old):
+            return "an input whose elements share memory (expanded) cannot be written in place"
+    return ""
+
+
+def _writable_in_place(t: torch.Tensor) -> bool:
+    return t.is_contiguous() or torch._debug_has_internal_overlap(t) == 0
+
+
+def _bytes(values) -> int:
+    return sum(t.numel() * t.element_size() for t in flatten(values) if isinstance(t, torch.Tensor))

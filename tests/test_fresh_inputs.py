@@ -1,0 +1,144 @@
+"""Timed calls' input values drawn afresh between calls (evaluator/fresh_inputs.py): no timed call sees
+values an earlier one saw, so an output remembered by its inputs' values gains nothing; kept calls
+are checked against the reference on the values they took."""
+import pytest
+import torch
+
+from evaluator.calls import Failure, make_inputs
+from evaluator.compare import digest
+from evaluator.fresh_inputs import FreshInputs
+from evaluator.invoke import Outcome
+from evaluator.result import Status
+from evaluator.timed_checks import SET_SEED_STEP, TimedCalls, check_kept, input_sets
+
+
+class Doubling:
+    @staticmethod
+    def get_inputs(n=64):
+        return [torch.randn(n), 2]
+
+
+def _timed(invoker, sets_count=3, keep=0, every=False):
+    sets = input_sets(Doubling, {}, 5, "cpu", {"input_sets": sets_count}, make_inputs(Doubling, {}, 5, "cpu"))
+    fresh = FreshInputs(lambda s: make_inputs(Doubling, {}, s, "cpu"), sets,
+                        seeds=[5 + SET_SEED_STEP * k for k in range(len(sets))])
+    return TimedCalls(invoker, sets, "cpu", keep=keep, every=every, fresh=fresh)
+
+
+def _timed_run(timed, calls):
+    for _ in range(calls):
+        timed()
+        timed.after()  # as the timer does, once the call's window has closed
+
+
+def test_no_timed_call_sees_values_an_earlier_call_saw():
+    seen, storages = [], set()
+
+    def invoker(inputs, mode):
+        seen.append(digest(inputs[0]))
+        storages.add(inputs[0].data_ptr())
+        return Outcome(output=inputs[0] * inputs[1], launched=1)
+
+    timed = _timed(invoker)
+    _timed_run(timed, 30)
+    assert len(set(seen)) == 30  # every call new values
+    assert len(storages) == 3  # in the sets' own storage
+    assert all(timed.fresh.refreshed) and not timed.fresh.off
+
+
+def test_an_output_remembered_by_its_inputs_values_never_comes_back():
+    remembered, hits = {}, []
+
+    def invoker(inputs, mode):
+        key = tuple(inputs[0][:4].tolist())
+        if key in remembered:
+            hits.append(key)
+            return Outcome(output=remembered[key].clone(), launched=1)
+        remembered[key] = inputs[0] * inputs[1]
+        return Outcome(output=remembered[key], launched=1)
+
+    _timed_run(_timed(invoker), 30)
+    assert hits == []
+    # held to the sets as made before timing, the same candidate is served from memory after the first round
+    plain = TimedCalls(invoker, _timed(invoker).sets, "cpu")
+    remembered.clear()
+    for _ in range(9):
+        plain()
+    assert len(hits) == 6
+
+
+def test_kept_calls_are_checked_on_the_values_they_took():
+    def honest(inputs, mode):
+        return Outcome(output=inputs[0] * inputs[1], launched=1)
+
+    reference = lambda x, k: x * k  # noqa: E731
+    timed = _timed(honest, every=True)
+    _timed_run(timed, 12)
+    assert check_kept(timed, reference, 1e-6, 1e-6) == 12
+
+    # wrong on a call whose values came afresh: the check makes them again and sees it
+    calls = []
+
+    def wrong_on_the_seventh(inputs, mode):
+        calls.append(1)
+        return Outcome(output=inputs[0] * (3 if len(calls) == 7 else inputs[1]), launched=1)
+
+    timed = _timed(wrong_on_the_seventh, every=True)
+    _timed_run(timed, 12)
+    with pytest.raises(Failure) as caught:
+        check_kept(timed, reference, 1e-6, 1e-6)
+    assert caught.value.status is Status.INCORRECT and "timed call 7" in caught.value.reason
+
+
+def test_what_each_set_should_hold_is_made_again_from_its_last_seed():
+    timed = _timed(lambda inputs, mode: Outcome(output=inputs[0] * 2, launched=1))
+    before = [digest(s) for s in timed.sets]
+    _timed_run(timed, 2)  # sets 2 and 3 drawn afresh (after calls 1 and 2), set 1 not yet
+    expected = timed.fresh.digests(before)
+    assert expected[0] == before[0] and expected[1:] != before[1:]
+    assert expected == [digest(s) for s in timed.sets]
+
+
+class _PlainValueMoves:
+    calls = 0
+
+    @classmethod
+    def get_inputs(cls):
+        cls.calls += 1
+        return [torch.randn(8), cls.calls]
+
+
+class _Expanded:
+    @staticmethod
+    def get_inputs():
+        return [torch.randn(1, 8).expand(4, 8)]
+
+
+@pytest.mark.parametrize("task, why", [(_PlainValueMoves, "plain values"), (_Expanded, "share memory")])
+def test_sets_that_cannot_be_made_again_alike_are_left_as_they_are(task, why):
+    sets = [make_inputs(task, {}, 1, "cpu"), make_inputs(task, {}, 2, "cpu")]
+    held = [digest(s) for s in sets]
+    fresh = FreshInputs(lambda s: make_inputs(task, {}, s, "cpu"), sets, seeds=[1, 2])
+    fresh.refresh(0)
+    assert why in fresh.off and [digest(s) for s in sets] == held and not any(fresh.refreshed)
+
+
+def test_sets_past_the_budget_are_not_drawn_afresh():
+    sets = [make_inputs(Doubling, {"n": 1024}, 1, "cpu")]
+    fresh = FreshInputs(lambda s: make_inputs(Doubling, {"n": 1024}, s, "cpu"), sets, seeds=[1], limit_bytes=1000)
+    assert "budget" in fresh.off
+
+
+class _GradInput:
+    @staticmethod
+    def get_inputs():
+        return [torch.nn.Parameter(torch.randn(8))]
+
+
+def test_an_input_that_requires_grad_is_drawn_afresh_all_the_same():
+    sets = [make_inputs(_GradInput, {}, 1, "cpu")]
+    fresh = FreshInputs(lambda s: make_inputs(_GradInput, {}, s, "cpu"), sets, seeds=[1])
+    before = sets[0][0].detach().clone()
+    fresh.refresh(0)
+    assert not fresh.off and fresh.refreshed == [True] and not torch.equal(before, sets[0][0])
+    assert torch.equal(sets[0][0], make_inputs(_GradInput, {}, fresh.seeds[0], "cpu")[0])
