@@ -9,13 +9,14 @@ made again from a seed drawn from the operating system's randomness (the task's 
 storage.  No timed call then sees values an earlier call saw.  A kept call keeps its seed, and the
 checks make its values again from it for the reference.
 
-Not drawn afresh (the values stay as made before timing): a set of more than ``limit_bytes`` (the
-copy is made beside it), and a task whose ``get_inputs`` gives other shapes, dtypes or plain values
-for another seed.
+Not drawn afresh (the values stay as they are): a set of more than ``limit_bytes`` (the copy is made
+beside it), a task whose ``get_inputs`` gives other shapes, dtypes or plain values for another seed,
+and, from then on, one whose ``get_inputs`` took more than ``limit_s`` of the host's time.
 """
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,13 +25,20 @@ import torch
 from evaluator.compare import digest, flatten
 
 
+# On a GPU a set is made again between two calls of a batch the timer queues behind one spin: a
+# slower get_inputs would leave the GPU waiting for the host inside the next call's window.
+FRESH_HOST_LIMIT_S = 0.005
+
+
 @dataclass
 class FreshInputs:
     make: Callable[[int], list]  # an input set of the timed shape, from a seed
     sets: list[list]  # the timed input sets, refreshed in place
     seeds: list[int]  # per set, the seed of the values it holds (those it was made from, to start)
     limit_bytes: float = float("inf")
+    limit_s: float = float("inf")  # FRESH_HOST_LIMIT_S on a GPU
     refreshed: list[bool] = field(default_factory=list)
+    made: int = 0  # sets made again so far
     off: str = ""  # why no set is drawn afresh (any longer), if so
 
     def __post_init__(self):
@@ -44,6 +52,7 @@ class FreshInputs:
             return
         seed = secrets.randbits(31)
         held = flatten(self.sets[which])
+        began = time.perf_counter()
         try:
             fresh = flatten(self.make(seed))
         except Exception as exc:  # noqa: BLE001 (the task's get_inputs: the set then stays as it is)
@@ -58,6 +67,11 @@ class FreshInputs:
                 if isinstance(old, torch.Tensor):
                     old.copy_(new)
         self.seeds[which], self.refreshed[which] = seed, True
+        took = time.perf_counter() - began
+        self.made += 1
+        # past the first (which pays for first uses), a slow one stands as made and stops the next ones
+        if took > self.limit_s and self.made > 1:
+            self.off = f"get_inputs took {took * 1e3:.1f} ms of the host's time, more than {self.limit_s * 1e3:g} ms"
 
     def digests(self, before: list) -> list:
         """What each set should hold now: its digest before timing where never refreshed, else that of

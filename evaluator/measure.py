@@ -11,7 +11,7 @@ from evaluator.calls import call, make_inputs
 from evaluator.compare import digest
 from evaluator.guards import compiled_kernels
 from evaluator.phases import Phases
-from evaluator.fresh_inputs import FreshInputs
+from evaluator.fresh_inputs import FRESH_HOST_LIMIT_S, FreshInputs
 from evaluator.timed_checks import (SET_SEED_STEP, TimedCalls, as_busy_unwatched, audit, check_kept, check_launches, check_outputs, in_turn,
                                     input_sets, inputs_unchanged)
 from evaluator.timing import time_interleaved, time_side_by_side, timing_args
@@ -170,7 +170,9 @@ def _fresh(request: dict, problem, shape: dict, seed: int, device: str, sets: li
         return None
     fresh = FreshInputs(lambda s: make_inputs(problem, shape, s, device), sets,
                         seeds=[seed + SET_SEED_STEP * k for k in range(len(sets))],
-                        limit_bytes=float(timing.get("input_sets_mb", 256)) * (1 << 20))
+                        limit_bytes=float(timing.get("input_sets_mb", 256)) * (1 << 20),
+                        # on the CPU no batch is queued ahead of the host: its wall clock times each call
+                        limit_s=FRESH_HOST_LIMIT_S if device.startswith("cuda") else float("inf"))
     return None if fresh.off else fresh
 
 

@@ -142,3 +142,22 @@ def test_an_input_that_requires_grad_is_drawn_afresh_all_the_same():
     fresh.refresh(0)
     assert not fresh.off and fresh.refreshed == [True] and not torch.equal(before, sets[0][0])
     assert torch.equal(sets[0][0], make_inputs(_GradInput, {}, fresh.seeds[0], "cpu")[0])
+
+
+def test_a_slow_get_inputs_is_drawn_afresh_no_longer():
+    import time
+
+    def slow(seed):
+        time.sleep(0.02)
+        return make_inputs(Doubling, {}, seed, "cpu")
+
+    sets = [make_inputs(Doubling, {}, 1, "cpu"), make_inputs(Doubling, {}, 2, "cpu")]
+    fresh = FreshInputs(slow, sets, seeds=[1, 2], limit_s=0.005)
+    fresh.refresh(0)  # the first pays for first uses: not held to the limit
+    assert fresh.refreshed == [True, False] and not fresh.off
+    fresh.refresh(1)  # made again, and found slow
+    assert fresh.refreshed == [True, True] and "ms of the host's time" in fresh.off
+    held = digest(sets[0])
+    fresh.refresh(0)
+    assert digest(sets[0]) == held
+    assert torch.equal(sets[0][0], make_inputs(Doubling, {}, fresh.seeds[0], "cpu")[0])  # still checkable
