@@ -12,8 +12,8 @@ from evaluator.compare import digest
 from evaluator.guards import compiled_kernels
 from evaluator.phases import Phases
 from evaluator.fresh_inputs import FRESH_HOST_LIMIT_S, FreshInputs
-from evaluator.timed_checks import (SET_SEED_STEP, TimedCalls, as_busy_unwatched, audit, check_kept, check_launches, check_outputs, in_turn,
-                                    input_sets, inputs_unchanged)
+from evaluator.timed_checks import (SET_SEED_STEP, TimedCalls, as_busy_unwatched, audit, check_kept, check_launches,
+                                    check_outputs, in_turn, input_sets, inputs_unchanged)
 from evaluator.timing import time_interleaved, time_side_by_side, timing_args
 
 

@@ -24,9 +24,10 @@ and nothing at call time tells a checked one from the others:
 - one batch of calls after those is audited (:func:`audit`): each under the dispatch monitor
   (PyTorch may only allocate, view, copy and cast around the candidate's kernels) and, on a GPU,
   under ``torch.profiler``: at least ``triton_share_min`` of its device time must be in the
-  candidate's own Triton kernels, on the caller's stream, and the timed calls' median at least
-  a quarter of the device time an audited call took (:func:`as_busy_unwatched`: a candidate that does less
-  when not watched).
+  candidate's own Triton kernels, on the caller's stream, and the timed calls' median at least a
+  quarter of the device time an audited call took (:func:`as_busy_unwatched`: a candidate that does
+  less when not watched);
+- the sets' values are drawn afresh between timed calls (``evaluator.fresh_inputs``).
 """
 from __future__ import annotations
 
