@@ -10,8 +10,10 @@ storage.  No timed call then sees values an earlier call saw.  A kept call keeps
 checks make its values again from it for the reference.
 
 Not drawn afresh (the values stay as they are): a set of more than ``limit_bytes`` (the copy is made
-beside it), a task whose ``get_inputs`` gives other shapes, dtypes or plain values for another seed,
-and, from then on, one whose ``get_inputs`` took more than ``limit_s`` of the host's time.
+beside it), sets that share storage (a buffer ``get_inputs`` fills again), a task whose
+``get_inputs`` gives other shapes, dtypes or plain values for another seed, or inputs neither tensors
+nor plain values, and, from then on, one whose ``get_inputs`` took more than ``limit_s`` of the
+host's time.
 """
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ class FreshInputs:
         self.refreshed = [False] * len(self.sets)
         if any(_bytes(s) > self.limit_bytes for s in self.sets):
             self.off = "an input set larger than the timed calls' budget for input sets"
+        elif _shared(self.sets):  # a buffer get_inputs fills again: one set's seed would not say its values
+            self.off = "the input sets share storage"
 
     def refresh(self, which: int) -> None:
         """Set ``which`` made again from a new seed, in its own storage."""
@@ -58,7 +62,8 @@ class FreshInputs:
         except Exception as exc:  # noqa: BLE001 (the task's get_inputs: the set then stays as it is)
             self.off = f"get_inputs failed for another seed: {type(exc).__name__}: {exc}"[:300]
             return
-        why = _unlike(held, fresh)
+        why = _unlike(held, fresh) or ("get_inputs gave storage of the sets' own" if _shared([*self.sets, fresh])
+                                       else "")
         if why:
             self.off = why
             return
@@ -87,6 +92,8 @@ def _unlike(held: list, fresh: list) -> str:
         if isinstance(old, torch.Tensor) != isinstance(new, torch.Tensor):
             return "get_inputs gave other kinds of inputs for another seed"
         if not isinstance(old, torch.Tensor):
+            if not isinstance(old, _PLAIN):  # a dict or an object: it could hold tensors not written
+                return f"get_inputs gave an input of type {type(old).__name__}, neither a tensor nor a plain value"
             if repr(old) != repr(new):
                 return "get_inputs gave other plain values for another seed"
             continue
@@ -95,6 +102,20 @@ def _unlike(held: list, fresh: list) -> str:
         if not _writable_in_place(old):
             return "an input whose elements share memory (expanded) cannot be written in place"
     return ""
+
+
+_PLAIN = (int, float, bool, complex, str, bytes, type(None), torch.dtype, torch.device)
+
+
+def _shared(sets: list) -> bool:
+    """Whether two of ``sets`` (each a list of inputs) hold tensors in one storage."""
+    owner: dict[int, int] = {}
+    for k, values in enumerate(sets):
+        for t in flatten(values):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes():
+                if owner.setdefault(t.untyped_storage().data_ptr(), k) != k:
+                    return True
+    return False
 
 
 def _writable_in_place(t: torch.Tensor) -> bool:

@@ -101,7 +101,8 @@ class TimedCalls:
     def __call__(self):
         number, inputs = self.calls, self.sets[self.calls % len(self.sets)]
         self.calls += 1
-        saved = clone(inputs) if self.keep_inputs and (self.keep or self.every) else None
+        # (an audited call is never kept: no copy of its inputs in the profile)
+        saved = clone(inputs) if self.keep_inputs and (self.keep or self.every) and self.mode is None else None
         if saved is None and self.fresh is not None:  # its values' seed: the checks make them again
             saved = self.fresh.seeds[number % len(self.sets)]
         outcome = call_candidate(self.invoker, inputs, f"timed call {number + 1}", self.mode)
@@ -217,8 +218,10 @@ def check_launches(timed: TimedCalls) -> dict:
     (those whose outputs were compared so far); ``{"launches": [fewest, most]}`` per call, else rejected."""
     n = len(timed.sets)
     checked = sorted(set(timed.checked))
+    drawn_afresh = timed.fresh is not None  # a set's values change call to call: so may a launch count
     for which in range(n):
-        mine = [timed.launches[c] for c in checked if c % n == which] or [timed.launches[c] for c in checked]
+        mine = [timed.launches[c] for c in checked if c % n == which and not drawn_afresh] or [
+            timed.launches[c] for c in checked]
         floor = max(1, min(mine, default=1))
         short = [c + 1 for c in range(which, len(timed.launches), n) if timed.launches[c] < floor]
         if not short:
@@ -242,7 +245,8 @@ def inputs_unchanged(timed: TimedCalls, digests: list) -> None:
                                             f"{len(timed.sets)} in place")
 
 
-def audit(timed: TimedCalls, calls: int, kernel_names: set[str], minimum: float) -> dict:
+def audit(timed: TimedCalls, calls: int, kernel_names: set[str], minimum: float,
+          lead_ms: float = 20.0) -> dict:
     """``calls`` more calls, each under the dispatch monitor (its aten operators recorded, nothing
     poisoned) and, on a GPU with kernels known, all under ``torch.profiler``: reject any that
     dispatches work to PyTorch or completes no launch, and unless ``minimum`` of the device time is
@@ -266,11 +270,11 @@ def audit(timed: TimedCalls, calls: int, kernel_names: set[str], minimum: float)
         return verified
     from torch.profiler import ProfilerActivity, profile
 
-    lead = max(1000, int(_AUDIT_LEAD_MS * spin_rate()))  # measured (once a process) before the profiler starts
+    lead = max(1000, int(lead_ms * spin_rate()))  # measured (once a process) before the profiler starts
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, argument_bytes() as moved:
         # the marker, PyTorch's spin_kernel on the caller's stream, held while the host queues the calls:
-        # the GPU then runs them back to back at the clocks timing ran at (as_busy_unwatched compares)
+        # the GPU then runs them back to back, at its clocks again (as_busy_unwatched compares)
         torch.cuda._sleep(lead)
         run()
         torch.cuda.synchronize()
@@ -301,7 +305,11 @@ def audit(timed: TimedCalls, calls: int, kernel_names: set[str], minimum: float)
 # A timed call's median may fall this far below the device time an audited call took, and no further:
 # a margin for clocks and caches, so a candidate doing less when not watched gains at most 4x unseen.
 UNWATCHED_MIN = 0.25
-_AUDIT_LEAD_MS = 20.0  # the GPU's spin ahead of the audited calls
+
+
+def busy_unwatched(timed_ms: float, verified: dict | None) -> bool:
+    audited = (verified or {}).get("audited_call_ms")
+    return not audited or timed_ms >= UNWATCHED_MIN * audited
 
 
 def as_busy_unwatched(timed_ms: float, verified: dict | None) -> None:
@@ -310,8 +318,8 @@ def as_busy_unwatched(timed_ms: float, verified: dict | None) -> None:
     calls run warm (no cache flushed between them), so an honest candidate's median is about that
     device time or above it; one that does less when no dispatch mode or profiler is on than when one
     is falls below it, by as much as it gains."""
-    audited = (verified or {}).get("audited_call_ms")
-    if audited and timed_ms < UNWATCHED_MIN * audited:
+    if not busy_unwatched(timed_ms, verified):
+        audited = verified["audited_call_ms"]
         raise Failure(Status.REJECTED, f"the timed calls took {timed_ms:.4g} ms (median), {timed_ms / audited:.2f} of "
                                        f"the {audited:.4g} ms of device time an audited call took (at least "
                                        f"{UNWATCHED_MIN:.2f} needed): a candidate must do the same work whether or "

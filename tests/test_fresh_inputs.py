@@ -161,3 +161,46 @@ def test_a_slow_get_inputs_is_drawn_afresh_no_longer():
     fresh.refresh(0)
     assert digest(sets[0]) == held
     assert torch.equal(sets[0][0], make_inputs(Doubling, {}, fresh.seeds[0], "cpu")[0])  # still checkable
+
+
+class _Refilled:
+    buffer = None
+
+    @classmethod
+    def get_inputs(cls):
+        if cls.buffer is None:
+            cls.buffer = torch.empty(8)
+        return [cls.buffer.normal_()]
+
+
+class _InADict:
+    @staticmethod
+    def get_inputs():
+        return [torch.randn(8), {"scale": torch.randn(2)}]
+
+
+@pytest.mark.parametrize("task, why", [(_Refilled, "share storage"), (_InADict, "neither a tensor nor a plain value")])
+def test_sets_whose_values_a_seed_would_not_say_are_not_drawn_afresh(task, why):
+    sets = [make_inputs(task, {}, 1, "cpu"), make_inputs(task, {}, 2, "cpu")]
+    fresh = FreshInputs(lambda s: make_inputs(task, {}, s, "cpu"), sets, seeds=[1, 2])
+    fresh.refresh(0)
+    assert why in fresh.off and not any(fresh.refreshed)
+
+
+def test_drawn_afresh_a_timed_call_is_held_to_the_fewest_launches_of_any_checked_call():
+    from evaluator.timed_checks import check_launches
+
+    def by_value(inputs, mode):  # an honest kernel whose launches follow its values: one or two
+        return Outcome(output=inputs[0] * inputs[1], launched=1 + int(inputs[0][0] > 0))
+
+    timed = _timed(by_value)
+    _timed_run(timed, 30)
+    timed.launches = [1 + (c % 3 == 1 and c % 2 == 0) for c in range(30)]  # set 2's calls: one or two, by value
+    # checked: a call of set 1 that launched one, and one of set 2 that launched two; held to its own
+    # set's checked calls, set 2's calls that launched one would be refused
+    timed.checked = [0, 4]
+    assert check_launches(timed)["launches"] == [1, 2]
+    timed.launches[10] = 0
+    with pytest.raises(Failure) as caught:
+        check_launches(timed)
+    assert "launched no Triton kernel" in caught.value.reason
