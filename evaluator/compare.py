@@ -27,6 +27,11 @@ def flatten(outputs) -> list:
     return [outputs]
 
 
+def nbytes(values) -> int:
+    """The bytes of the tensors in ``values`` (nested lists and tuples included)."""
+    return sum(t.numel() * t.element_size() for t in flatten(values) if isinstance(t, torch.Tensor))
+
+
 # What an output may be: a subclass of either (of Parameter too) could compute its values only when
 # they are read, by the comparison, outside any timed window
 PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)

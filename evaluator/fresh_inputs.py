@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from evaluator.compare import digest, flatten
+from evaluator.compare import digest, flatten, nbytes
 
 
 # On a GPU a set is made again between two calls of a batch the timer queues behind one spin: a
@@ -45,7 +45,7 @@ class FreshInputs:
 
     def __post_init__(self):
         self.refreshed = [False] * len(self.sets)
-        if any(_bytes(s) > self.limit_bytes for s in self.sets):
+        if any(nbytes(s) > self.limit_bytes for s in self.sets):
             self.off = "an input set larger than the timed calls' budget for input sets"
         elif _shared(self.sets):  # a buffer get_inputs fills again: one set's seed would not say its values
             self.off = "the input sets share storage"
@@ -120,7 +120,3 @@ def _shared(sets: list) -> bool:
 
 def _writable_in_place(t: torch.Tensor) -> bool:
     return t.is_contiguous() or torch._debug_has_internal_overlap(t) == 0
-
-
-def _bytes(values) -> int:
-    return sum(t.numel() * t.element_size() for t in flatten(values) if isinstance(t, torch.Tensor))

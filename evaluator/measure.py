@@ -236,12 +236,12 @@ def _check_timed(request: dict, problem, reference, made: list[TimedCalls], cand
         verified.update(check_launches(timed))
     if audited:
         names = {k["name"] for k in compiled_kernels()}
-        calls = max(len(candidate.sets), int(timing.get("batch", 8)))
-        verified.update(audit(candidate, calls, names, float(checks["triton_share_min"])))
+        calls, share_min = max(len(candidate.sets), int(timing.get("batch", 8))), float(checks["triton_share_min"])
+        verified.update(audit(candidate, calls, names, share_min))
         if timed_ms is not None and not busy_unwatched(timed_ms, verified):
             # a GPU left idle before the audit may have run it below its clocks: once more, behind a spin
             # as long as timing's warm-up, before the candidate is held to it
-            verified.update(audit(candidate, calls, names, float(checks["triton_share_min"]),
+            verified.update(audit(candidate, calls, names, share_min,
                                   lead_ms=max(200.0, 1e3 * float(timing.get("warmup_s", 0.0)))))
             as_busy_unwatched(timed_ms, verified)
     if digests:

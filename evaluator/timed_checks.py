@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 
 from evaluator.calls import Failure, call, call_candidate, clone, make_inputs
-from evaluator.compare import PLAIN_TENSORS, digest, flatten
+from evaluator.compare import PLAIN_TENSORS, digest, flatten, nbytes
 from evaluator.float64_arbiter import judged_mismatch
 from evaluator.guards import CandidateMonitor, argument_bytes, call_violation
 from evaluator.kernel_profile import aggregate
@@ -138,7 +138,7 @@ class TimedCalls:
         number, out, saved = self._last
         self._last = None
         if number == 0 and self.keep:  # the reservoir's size, once an output's size is known
-            size = sum(t.numel() * t.element_size() for t in flatten(out) if isinstance(t, torch.Tensor))
+            size = nbytes(out)
             if size and self.keep_bytes < float("inf"):
                 self.keep = max(1, min(self.keep, int(self.keep_bytes // size)))
         if self.every or len(self.kept) < self.keep:
@@ -218,11 +218,11 @@ def check_launches(timed: TimedCalls) -> dict:
     (those whose outputs were compared so far); ``{"launches": [fewest, most]}`` per call, else rejected."""
     n = len(timed.sets)
     checked = sorted(set(timed.checked))
+    every_set = [timed.launches[c] for c in checked]
     drawn_afresh = timed.fresh is not None  # a set's values change call to call: so may a launch count
     for which in range(n):
-        mine = [timed.launches[c] for c in checked if c % n == which and not drawn_afresh] or [
-            timed.launches[c] for c in checked]
-        floor = max(1, min(mine, default=1))
+        mine = [] if drawn_afresh else [timed.launches[c] for c in checked if c % n == which]
+        floor = max(1, min(mine or every_set, default=1))
         short = [c + 1 for c in range(which, len(timed.launches), n) if timed.launches[c] < floor]
         if not short:
             continue
