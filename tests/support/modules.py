@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import triton_language
-
 _ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -23,8 +21,6 @@ def load_module(path: Path, name: str | None = None, *, compiled: bool = True, r
     module = importlib.util.module_from_spec(spec)
     if register:
         sys.modules[spec.name] = module
-    if compiled:  # the interpreter's patching, left by an earlier call, breaks code generation
-        triton_language.restore()
     saved = os.environ.pop("TRITON_INTERPRET", None) if compiled else None
     try:
         spec.loader.exec_module(module)
