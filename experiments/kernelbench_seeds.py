@@ -141,7 +141,7 @@ def _eval_record(result) -> dict:
     record = {k: getattr(result, k) for k in _EVAL_FIELDS}
     record["status"] = result.status.value
     record["reason"] = (result.reason or "")[:400]
-    for key in ("memory", "compile_baseline_error", "phases"):
+    for key in ("memory", "compile_baseline_error", "phases", "timed_checks"):
         if key in result.extra:
             record[key] = result.extra[key]
     return record
