@@ -132,6 +132,9 @@ def test_timed_calls_far_faster_than_the_audited_ones_are_rejected():
         as_busy_unwatched(1.0, {"audited_call_ms": 8.0})
     assert caught.value.status is Status.REJECTED and "whether or not" in caught.value.reason
     assert f"at least {UNWATCHED_MIN:.2f} needed" in caught.value.reason
+    # Three launches watched, one otherwise: no more than 2x gained unseen.
+    with pytest.raises(Failure):
+        as_busy_unwatched(1.0, {"audited_call_ms": 3.0})
 
 
 def test_the_device_share_counts_the_candidates_kernels_on_the_callers_stream_only():

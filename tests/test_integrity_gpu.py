@@ -55,6 +55,7 @@ def test_a_useless_launch_beside_a_pytorch_reduction_is_rejected(gpu_evaluator, 
     ("cache_by_shape_after_checks", Status.REJECTED, "earlier call's output"),
     # stands for a candidate that does less (PyTorch's work, a cheaper path) whenever it is not watched
     ("more_work_when_watched", Status.REJECTED, "whether or not a dispatch mode or the profiler is on"),
+    ("thrice_the_work_when_watched", Status.REJECTED, "whether or not a dispatch mode or the profiler is on"),
 ])
 def test_cheats_on_the_timed_calls_are_caught(gpu_evaluator, builtin_tasks, name, status, reason):
     task = builtin_tasks["gelu"]

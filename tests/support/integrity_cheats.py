@@ -59,6 +59,11 @@ def _change(seed: str, old: str, new: str) -> str:
     return seed.replace(old, new)
 
 
+def _more_when_watched(seed: str, launches: int) -> str:
+    return _change(seed, _GELU_LAUNCH, _GELU_LAUNCH + "        if torch._C._len_torch_dispatch_stack() or "
+                   "torch.autograd.profiler._is_profiler_enabled:\n" + ("    " + _GELU_LAUNCH) * (launches - 1))
+
+
 def gelu_cheats(seed: str) -> dict[str, tuple[str, str]]:
     """name: (source, what it does) for the gelu seed."""
     return {
@@ -84,12 +89,12 @@ def gelu_cheats(seed: str) -> dict[str, tuple[str, str]]:
                                           _COUNT + "        if CALLS > 60:\n"
                                           "            return torch.nn.functional.gelu(x)\n" + _GELU_LAUNCH),
                                   "its own kernel for the first 60 calls (the checks), PyTorch's gelu after them"),
-        "more_work_when_watched": (_change(seed, _GELU_LAUNCH,
-                                           _GELU_LAUNCH + "        if torch._C._len_torch_dispatch_stack() or "
-                                           "torch.autograd.profiler._is_profiler_enabled:\n"
-                                           + ("    " + _GELU_LAUNCH) * 7),
+        "more_work_when_watched": (_more_when_watched(seed, 8),
                                    "its kernel eight times while a dispatch mode or the profiler is on, once "
                                    "otherwise: the timed calls do an eighth of the audited calls' work"),
+        "thrice_the_work_when_watched": (_more_when_watched(seed, 3),
+                                         "its kernel three times while watched, once otherwise: a third of the "
+                                         "audited calls' work"),
         "failed_launch_fallback": (_change(seed, _GELU_LAUNCH,
                                            "        try:\n            broken_kernel[grid](x, out, n, BLOCK_SIZE=BLOCK_SIZE)\n"
                                            "        except Exception:\n"
