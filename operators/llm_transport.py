@@ -174,11 +174,14 @@ class HTTPTransport:
         try:
             async with _session().post(self.url, data=body, headers=headers, proxy=self.proxy,
                                        timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-                status, raw, reply_headers = response.status, await response.read(), response.headers
+                status, raw, reply_headers = response.status, await _bounded_body(response), response.headers
         except asyncio.TimeoutError:
             raise TransportError("Timeout", f"no reply within llm.timeout_s={timeout_s:g}", retryable=True) from None
         except (aiohttp.ClientError, OSError) as exc:  # refused, dropped or reset connections, protocol errors
             raise TransportError("APIConnectionError", f"{type(exc).__name__}: {exc}"[:300], retryable=True) from None
+        if raw is None:  # the connection is dropped with the rest unread
+            raise TransportError("APIError", f"a reply body past {MAX_REPLY_BYTES >> 20} MiB (HTTP {status})",
+                                 retryable=False)
         try:
             data = json.loads(raw.decode("utf-8"))
         except ValueError as exc:  # not UTF-8, not JSON: as litellm has it, a server error (retried)
@@ -201,6 +204,24 @@ class HTTPTransport:
         usage = data.get("usage") if isinstance(data, dict) else None
         return Completion(text if isinstance(text, str) else "", finish, _count(usage, "prompt_tokens"),
                           _count(usage, "completion_tokens"))
+
+
+# A reply body is read no further than this: a server streaming gigabytes would hold them all in memory
+# (llm.max_reply_chars bounds the text after it is parsed; JSON's escapes take at most 6 bytes a character).
+MAX_REPLY_BYTES = 64 << 20
+
+
+async def _bounded_body(response) -> bytes | None:
+    """The reply's body, or None where it runs past MAX_REPLY_BYTES."""
+    if (response.content_length or 0) > MAX_REPLY_BYTES:
+        return None
+    parts, size = [], 0
+    async for chunk in response.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > MAX_REPLY_BYTES:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _count(usage, name: str) -> int:

@@ -73,6 +73,19 @@ def test_enormous_and_non_utf8_text_is_bounded_and_cleaned(client):
     assert reply.text.startswith("ok \ufffd") and reply.text.endswith(" \ufffd") and reply.text.encode("utf-8")
 
 
+def test_a_reply_body_past_its_bound_is_a_failed_call_not_read_to_the_end(client, transport, monkeypatch):
+    if transport != "http":
+        pytest.skip("litellm reads the body itself")
+    import operators.llm_transport as llm_transport
+
+    monkeypatch.setattr(llm_transport, "MAX_REPLY_BYTES", 1 << 20)
+    with ScriptedLLMServer(lambda request: (200, completion("x" * (2 << 20)))) as server:
+        reply = client(server, retries=2).complete(HI)
+    assert reply.text is None and "past 1 MiB" in reply.error and len(reply.calls) == 1
+    with ScriptedLLMServer(lambda request: (200, completion("x" * (1 << 19)))) as server:
+        assert client(server, max_reply_chars=1 << 20).complete(HI).text == "x" * (1 << 19)
+
+
 def test_requests_in_flight_are_bounded_by_max_in_flight(client):
     def slow_ok(request):
         time.sleep(0.2)  # while three are answered, a fourth request would be seen
