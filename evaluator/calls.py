@@ -143,7 +143,8 @@ def make_inputs(problem, shape: dict, seed: int, device: str) -> list:
 
     On a GPU the inputs are created there (``torch.device`` as the default device), not on the CPU and
     copied: a KernelBench input of several GB costs no host memory and no copy.  A ``get_inputs``
-    that cannot run that way (it hands a CPU tensor to NumPy, say) runs on the CPU, then its inputs move.
+    that cannot run that way (it hands a CPU tensor to NumPy, say) runs on the CPU, then its inputs move;
+    one that runs out of GPU memory raises that.
     Each worker of one GPU model draws the same values for the same seed.  The generators are then
     seeded afresh, so that code called next never sees the same random stream twice (a candidate's
     own randomness must show as non-determinism).
@@ -154,8 +155,12 @@ def make_inputs(problem, shape: dict, seed: int, device: str) -> list:
             try:
                 with torch.device(device):
                     return list(to_device(problem.get_inputs(**shape), device))
-            except Exception:  # noqa: BLE001 (a get_inputs that needs the CPU; a real error shows again below)
-                pass
+            except Exception as exc:  # noqa: BLE001 (a get_inputs that needs the CPU; a real error shows again below)
+                if is_out_of_memory(exc):
+                    # Not the CPU's generator instead: its values differ from the GPU's, and a check (or a
+                    # set drawn afresh) would compare calls on inputs of other values.  Running out of
+                    # memory is handled as such by the evaluation (run again with the GPU to itself).
+                    raise
         seed_everything(seed)
         return list(to_device(problem.get_inputs(**shape), device))
     finally:

@@ -204,3 +204,30 @@ def test_drawn_afresh_a_timed_call_is_held_to_the_fewest_launches_of_any_checked
     with pytest.raises(Failure) as caught:
         check_launches(timed)
     assert "launched no Triton kernel" in caught.value.reason
+
+
+class _NeedsTheCPU:
+    """A ``get_inputs`` that cannot run with another default device (it hands its tensor to NumPy)."""
+
+    @staticmethod
+    def get_inputs():
+        if torch.get_default_device().type != "cpu":
+            raise TypeError("can't convert to numpy")
+        return [torch.rand(4)]
+
+
+class _OutOfMemoryOnTheDevice:
+    @staticmethod
+    def get_inputs():
+        if torch.get_default_device().type != "cpu":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return [torch.rand(4)]
+
+
+def test_inputs_fall_back_to_the_cpu_only_for_a_get_inputs_that_needs_it():
+    # ("meta" stands for the GPU: any device but the CPU takes the device's path first)
+    assert make_inputs(_NeedsTheCPU, {}, 3, "meta")[0].device.type == "meta"
+    # Out of memory is no reason to draw the values from the CPU's generator: they would differ from
+    # the device's, and calls checked side by side would take inputs of other values.
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        make_inputs(_OutOfMemoryOnTheDevice, {}, 3, "meta")
