@@ -206,7 +206,7 @@ def _hooks(request: dict, problem, reference, watch):
             if watch is not None:
                 watch.sometimes()
 
-        return {"after_call": timed.after, "after_batch": after_batch}
+        return {"before_call": timed.before, "after_call": timed.after, "after_batch": after_batch}
 
     return hooks
 

@@ -92,17 +92,30 @@ class TimedCalls:
     last_attempted: int = 0  # launches tried by the last call, failed ones included
     fresh: object = None  # evaluator.fresh_inputs.FreshInputs: the sets drawn afresh after each call
     _last: tuple | None = None
+    _saved: tuple | None = None  # (call number, its inputs' copy), made by before() outside its window
     _earlier: list = field(default_factory=list)  # weak references to earlier calls' outputs
 
     def __post_init__(self):
         # an input returned as it is (a kernel working in place) is the harness's, not remembered
         self._inputs = {_storage(t) for inputs in self.sets for t in flatten(inputs) if isinstance(t, torch.Tensor)}
 
+    def _copies_inputs(self) -> bool:
+        # (an audited call is never kept: no copy of its inputs in the profile)
+        return self.keep_inputs and bool(self.keep or self.every) and self.mode is None
+
+    def before(self) -> None:
+        """Before the next call's window opens: where the reference works in place, the copy of that
+        call's inputs the checks compare on (made inside the window, it timed against the candidate)."""
+        if self._copies_inputs():
+            self._saved = (self.calls, clone(self.sets[self.calls % len(self.sets)]))
+
     def __call__(self):
         number, inputs = self.calls, self.sets[self.calls % len(self.sets)]
         self.calls += 1
-        # (an audited call is never kept: no copy of its inputs in the profile)
-        saved = clone(inputs) if self.keep_inputs and (self.keep or self.every) and self.mode is None else None
+        saved = None
+        if self._copies_inputs():
+            prepared, self._saved = self._saved, None
+            saved = prepared[1] if prepared is not None and prepared[0] == number else clone(inputs)
         if saved is None and self.fresh is not None:  # its values' seed: the checks make them again
             saved = self.fresh.seeds[number % len(self.sets)]
         outcome = call_candidate(self.invoker, inputs, f"timed call {number + 1}", self.mode)

@@ -76,7 +76,8 @@ def time_side_by_side(candidate, baseline, device: str, **timing) -> SideBySide:
 def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, reps: int,
                      budget_s: float, warmup_s: float = 0.0, batch: int = 8, precision: float = 0.0,
                      min_reps: int = 20, samples: list[list[float]] | None = None,
-                     stats: dict | None = None, after_call=None, after_batch=None) -> dict[str, SideBySide]:
+                     stats: dict | None = None, before_call=None, after_call=None,
+                     after_batch=None) -> dict[str, SideBySide]:
     """The candidate timed against each baseline, all interleaved call by call.
 
     One round calls the candidate and every baseline once, in an order that
@@ -99,13 +100,14 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
     ``stats`` (on a GPU) gains the batches run and how many of them were run again because the host
     was late (``batches``, ``reruns``), added to what it holds.
 
-    ``after_call`` runs after each of the candidate's calls, once its window has closed (its end event
+    ``before_call`` runs before each of the candidate's calls, before its window opens (and before
+    the L2 flush ahead of it), ``after_call`` after each, once its window has closed (its end event
     queued), and ``after_batch`` after each batch (and each warm-up round) has been synchronised: the
     timed calls' checks (``evaluator.timed_checks``) work there, outside every timed window.
     """
     names = list(baselines)
     calls = [candidate, *(baselines[n] for n in names)]
-    hooks = [after_call, *(None for _ in names)]
+    hooks = [(before_call, after_call), *((None, None) for _ in names)]
     batch = max(1, batch)
     width = len(calls)
     timer = _CudaTimer(torch.device(device), width * batch) if device.startswith("cuda") else _WallTimer()
@@ -152,12 +154,14 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
 class _WallTimer:
     def run(self, calls, hooks) -> list[float]:
         times = []
-        for fn, hook in zip(calls, hooks):
+        for fn, (before, after) in zip(calls, hooks):
+            if before is not None:
+                before()
             start = time.perf_counter()
             fn()
             times.append((time.perf_counter() - start) * 1e3)
-            if hook is not None:
-                hook()
+            if after is not None:
+                after()
         return times
 
 
@@ -189,14 +193,16 @@ class _CudaTimer:
             if self.cycles_per_ms:
                 torch.cuda._sleep(int(self.lead_ms * self.cycles_per_ms))
             queued_ms = []  # per call: when the host had queued all of it, ms after the origin
-            for fn, hook, (start, end) in zip(calls, hooks, self.events):
+            for fn, (before, after), (start, end) in zip(calls, hooks, self.events):
+                if before is not None:  # queued ahead of the flush: outside the window
+                    before()
                 self.flush.zero_()  # evicts L2 outside the timed window
                 start.record()
                 fn()
                 end.record()
                 queued_ms.append((time.perf_counter() - origin) * 1e3)
-                if hook is not None:  # after the window: its work queued behind the end event
-                    hook()
+                if after is not None:  # after the window: its work queued behind the end event
+                    after()
             torch.cuda.synchronize()
             reached_ms = [self.origin.elapsed_time(start) for _, (start, _) in zip(calls, self.events)]
             late, self.lead_ms = host_late(queued_ms, reached_ms), next_lead(queued_ms, reached_ms)

@@ -93,3 +93,35 @@ def test_inputs_scaled_up_scale_the_absolute_tolerance_only():
     assert "NaN" in mismatch(expected, nan, None, None, atol_scale=1e3)
     off_by_ulps_of_half = expected.half().float()  # fp16 inside: relative 5e-4, beyond rtol at any scale
     assert mismatch(expected, off_by_ulps_of_half, None, None, atol_scale=1e3) is not None
+
+
+def test_an_in_place_calls_input_copy_is_made_outside_its_window(monkeypatch):
+    """Where the reference works in place, a kept call keeps a copy of its inputs: made by the timer's
+    ``before_call``, ahead of the call's window, not inside it (where it timed against the candidate)."""
+    import evaluator.timed_checks as timed_checks
+    from evaluator.invoke import Outcome
+    from evaluator.timing import time_interleaved
+
+    window, copied_inside = [False], []
+    copy = timed_checks.clone
+    monkeypatch.setattr(timed_checks, "clone", lambda value: copied_inside.append(window[0]) or copy(value))
+
+    def invoker(inputs, mode):
+        inputs[0].mul_(2.0)  # in place, as the reference does
+        return Outcome(output=inputs[0], launched=1)
+
+    sets = [[torch.randn(64)] for _ in range(2)]
+    timed = timed_checks.TimedCalls(invoker, sets, "cpu", keep=4, keep_inputs=True)
+
+    def candidate():
+        window[0] = True
+        try:
+            return timed()
+        finally:
+            window[0] = False
+
+    time_interleaved(candidate, {"reference": lambda: None}, "cpu", warmup=1, reps=6, budget_s=10,
+                     before_call=timed.before, after_call=timed.after)
+    # a copy of the inputs before each of the 7 calls, and of the kept outputs after theirs: none inside
+    assert len(copied_inside) >= 7 and not any(copied_inside)
+    assert timed.kept and all(torch.equal(saved[0] * 2.0, out) for _, out, saved in timed.kept)  # as at the call
