@@ -9,8 +9,9 @@ made again from a seed drawn from the operating system's randomness (the task's 
 storage.  No timed call then sees values an earlier call saw.  A kept call keeps its seed, and the
 checks make its values again from it for the reference.
 
-Not drawn afresh (the values stay as they are): a set of more than ``limit_bytes`` (the copy is made
-beside it), sets that share storage (a buffer ``get_inputs`` fills again), a task whose
+Not drawn afresh (the values stay as they are): a set of more than ``limit_bytes``, or more than
+``room_bytes`` (the device's free memory: the new values are made beside the set, then copied into
+it), sets that share storage (a buffer ``get_inputs`` fills again), a task whose
 ``get_inputs`` gives other shapes, dtypes or plain values for another seed, or inputs neither tensors
 nor plain values, and, from then on, one whose ``get_inputs`` took more than ``limit_s`` of the
 host's time.
@@ -27,9 +28,12 @@ import torch
 from evaluator.compare import digest, flatten, nbytes
 
 
+MB = 1 << 20
+
 # On a GPU a set is made again between two calls of a batch the timer queues behind one spin: a
 # slower get_inputs would leave the GPU waiting for the host inside the next call's window.
 FRESH_HOST_LIMIT_S = 0.005
+FIRST_SLOW_BYTES = 256 * MB
 
 
 @dataclass
@@ -38,6 +42,7 @@ class FreshInputs:
     sets: list[list]  # the timed input sets, refreshed in place
     seeds: list[int]  # per set, the seed of the values it holds (those it was made from, to start)
     limit_bytes: float = float("inf")
+    room_bytes: float = float("inf")
     limit_s: float = float("inf")  # FRESH_HOST_LIMIT_S on a GPU
     refreshed: list[bool] = field(default_factory=list)
     made: int = 0  # sets made again so far
@@ -45,8 +50,11 @@ class FreshInputs:
 
     def __post_init__(self):
         self.refreshed = [False] * len(self.sets)
-        if any(nbytes(s) > self.limit_bytes for s in self.sets):
-            self.off = "an input set larger than the timed calls' budget for input sets"
+        largest = max((nbytes(s) for s in self.sets), default=0)
+        if largest > self.limit_bytes:
+            self.off = f"an input set of {largest / MB:.0f} MB, more than timing.fresh_inputs_mb"
+        elif largest > self.room_bytes:
+            self.off = f"no room on the device to make an input set of {largest / MB:.0f} MB again beside it"
         elif _shared(self.sets):  # a buffer get_inputs fills again: one set's seed would not say its values
             self.off = "the input sets share storage"
 
@@ -74,8 +82,9 @@ class FreshInputs:
         self.seeds[which], self.refreshed[which] = seed, True
         took = time.perf_counter() - began
         self.made += 1
-        # past the first (which pays for first uses), a slow one stands as made and stops the next ones
-        if took > self.limit_s and self.made > 1:
+        # past the first (which pays for first uses), a slow one stands as made and stops the next ones;
+        # a large set's first too (made on the CPU, one of gigabytes takes seconds)
+        if took > self.limit_s and (self.made > 1 or nbytes(self.sets[which]) > FIRST_SLOW_BYTES):
             self.off = f"get_inputs took {took * 1e3:.1f} ms of the host's time, more than {self.limit_s * 1e3:g} ms"
 
     def digests(self, before: list) -> list:

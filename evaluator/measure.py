@@ -170,10 +170,27 @@ def _fresh(request: dict, problem, shape: dict, seed: int, device: str, sets: li
         return None
     fresh = FreshInputs(lambda s: make_inputs(problem, shape, s, device), sets,
                         seeds=[seed + SET_SEED_STEP * k for k in range(len(sets))],
-                        limit_bytes=float(timing.get("input_sets_mb", 256)) * (1 << 20),
+                        limit_bytes=float(timing.get("fresh_inputs_mb", 8192)) * (1 << 20),
+                        room_bytes=_room(device, float(request.get("gpu_memory_fraction", 0.9))),
                         # on the CPU no batch is queued ahead of the host: its wall clock times each call
                         limit_s=FRESH_HOST_LIMIT_S if device.startswith("cuda") else float("inf"))
     return None if fresh.off else fresh
+
+
+def _room(device: str, fraction: float) -> float:
+    """Bytes this evaluation can still allocate for a set made again beside the timed ones, a margin
+    kept: within its share of the GPU (``gpu_memory_fraction``) and what the GPU has free, its own
+    cached blocks included (the CPU: no bound)."""
+    if not device.startswith("cuda"):
+        return float("inf")
+    where = torch.device(device)
+    free, total = torch.cuda.mem_get_info(where)
+    allocated, reserved = torch.cuda.memory_allocated(where), torch.cuda.memory_reserved(where)
+    return min(fraction * total - allocated, free + reserved - allocated) - ROOM_MARGIN_BYTES
+
+
+# Left free beside a set made again: what the candidate and the baselines allocate while timed.
+ROOM_MARGIN_BYTES = 2 << 30
 
 
 def _timed_calls(request: dict, invoker, sets: list[list], device: str, made: list,

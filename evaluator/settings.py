@@ -19,8 +19,10 @@ class TimingSettings:
     input_sets: int = 3  # timed calls take these many input sets (seeded apart, allocated apart) in turn
     input_sets_mb: float = 256.0  # at most this much for the extra sets (beyond it: 2 sets)
     # After each timed call the set the next call takes is made again from a new seed (sets of up to
-    # input_sets_mb): no timed call sees values an earlier one saw (evaluator.fresh_inputs).
+    # fresh_inputs_mb, where the GPU has room for one more beside them): no timed call sees values an
+    # earlier one saw (evaluator.fresh_inputs).
     fresh_inputs: bool = True
+    fresh_inputs_mb: float = 8192.0
     # Stop repeating, after min_reps, once every speedup's noise (relative half-width of its ~95%
     # interval) is at most this; 0: always reps (or budget_s).  What a result's timing cost then
     # follows the kernel's own stability; its reported noise is that of the samples it took.

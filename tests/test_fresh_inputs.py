@@ -10,6 +10,7 @@ from evaluator.fresh_inputs import FreshInputs
 from evaluator.invoke import Outcome
 from evaluator.result import Status
 from evaluator.timed_checks import SET_SEED_STEP, TimedCalls, check_kept, input_sets
+from tests.support.candidates import candidate
 
 
 class Doubling:
@@ -126,7 +127,18 @@ def test_sets_that_cannot_be_made_again_alike_are_left_as_they_are(task, why):
 def test_sets_past_the_budget_are_not_drawn_afresh():
     sets = [make_inputs(Doubling, {"n": 1024}, 1, "cpu")]
     fresh = FreshInputs(lambda s: make_inputs(Doubling, {"n": 1024}, s, "cpu"), sets, seeds=[1], limit_bytes=1000)
-    assert "budget" in fresh.off
+    assert "timing.fresh_inputs_mb" in fresh.off
+    # the new values are made beside the set: without room for them on the device, the values stay
+    fresh = FreshInputs(lambda s: make_inputs(Doubling, {"n": 1024}, s, "cpu"), sets, seeds=[1], room_bytes=4000)
+    assert "no room on the device" in fresh.off
+    assert not FreshInputs(lambda s: make_inputs(Doubling, {"n": 1024}, s, "cpu"), sets, seeds=[1],
+                           limit_bytes=4096, room_bytes=4096).off
+
+
+def test_the_default_draws_afresh_every_kernelbench_input_set_up_to_8_gb():
+    from evaluator.settings import TimingSettings
+
+    assert TimingSettings().fresh_inputs and TimingSettings().fresh_inputs_mb == 8192  # 198 of its 200 problems
 
 
 class _GradInput:
@@ -161,6 +173,22 @@ def test_a_slow_get_inputs_is_drawn_afresh_no_longer():
     fresh.refresh(0)
     assert digest(sets[0]) == held
     assert torch.equal(sets[0][0], make_inputs(Doubling, {}, fresh.seeds[0], "cpu")[0])  # still checkable
+
+
+def test_a_large_sets_first_slow_draw_is_its_last(monkeypatch):
+    import time
+
+    import evaluator.fresh_inputs as fresh_inputs
+
+    monkeypatch.setattr(fresh_inputs, "FIRST_SLOW_BYTES", 100)  # Doubling's 64 floats stand for gigabytes
+
+    def slow(seed):
+        time.sleep(0.02)
+        return make_inputs(Doubling, {}, seed, "cpu")
+
+    fresh = FreshInputs(slow, [make_inputs(Doubling, {}, 1, "cpu")], seeds=[1], limit_s=0.005)
+    fresh.refresh(0)  # a get_inputs on the CPU for gigabytes would take seconds again for the second
+    assert fresh.refreshed == [True] and "ms of the host's time" in fresh.off
 
 
 class _Refilled:
@@ -231,3 +259,35 @@ def test_inputs_fall_back_to_the_cpu_only_for_a_get_inputs_that_needs_it():
     # the device's, and calls checked side by side would take inputs of other values.
     with pytest.raises(torch.cuda.OutOfMemoryError):
         make_inputs(_OutOfMemoryOnTheDevice, {}, 3, "meta")
+
+
+POINTER_CACHE = candidate(
+    "global CALLS, SEEN\n        CALLS = globals().get('CALLS', 0) + 1\n        SEEN = globals().get('SEEN', {})\n"
+    "        if CALLS > 16 and (x.data_ptr(), x.shape) in SEEN:\n"
+    "            double_kernel[(1,)](x, torch.empty(1), 1, BLOCK_SIZE=BLOCK_SIZE)\n"
+    "            return SEEN[(x.data_ptr(), x.shape)].clone()").replace(
+    "        return out", "        SEEN[(x.data_ptr(), x.shape)] = out.clone()\n        return out")
+
+
+@pytest.mark.slow
+def test_an_output_copied_from_a_cache_keyed_by_the_inputs_address_is_wrong_on_sets_past_the_budget():
+    """Past ``input_sets_mb`` the timed calls take two sets in turn (KernelBench's inputs of GBs): held to
+    the same values, a candidate that remembers its output by its input's address and copies it (a
+    useless launch beside it) is right on every call.  Drawn afresh up to ``fresh_inputs_mb``, it is not."""
+    from evaluator import Evaluator, EvaluatorSettings
+    from evaluator.settings import TimingSettings
+    from tests.support.candidates import TASK
+
+    def evaluate(fresh_inputs_mb: float):
+        timing = TimingSettings(warmup=1, reps=3, budget_s=1.0, batch=1, input_sets_mb=0.001,
+                                fresh_inputs_mb=fresh_inputs_mb)
+        evaluator = Evaluator(EvaluatorSettings(device="cpu", timeout_s=60, cpu_timing=timing), "cpu")
+        try:
+            return evaluator.evaluate("double", TASK, POINTER_CACHE)
+        finally:
+            evaluator.close()
+
+    held = evaluate(fresh_inputs_mb=0.001)  # the sets as large as 8 GB stand for
+    assert held.status is Status.CORRECT and held.extra["timed_checks"]["input_sets"] == 2, held.reason
+    drawn = evaluate(fresh_inputs_mb=8192)
+    assert drawn.status is Status.INCORRECT and "timed call" in drawn.reason, drawn.reason
