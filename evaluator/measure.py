@@ -11,6 +11,7 @@ from evaluator.calls import call, make_inputs
 from evaluator.compare import digest
 from evaluator.guards import compiled_kernels
 from evaluator.phases import Phases
+from evaluator.spent_outputs import PoisonedAfter, spared_storages
 from evaluator.fresh_inputs import FRESH_HOST_LIMIT_S, FreshInputs
 from evaluator.timed_checks import (SET_SEED_STEP, TimedCalls, as_busy_unwatched, audit, busy_unwatched, check_kept,
                                     check_launches, check_outputs, in_turn, input_sets, inputs_unchanged)
@@ -37,7 +38,8 @@ def measure(request: dict, problem, reference, invoker, shapes: list[dict], seed
     timed_calls: list[TimedCalls] = []  # every sequence of timed calls, each checked after timing
     fresh = _fresh(request, problem, shape, seed, device, sets, repeatable_inputs)
     candidate = _timed_calls(request, invoker, sets, device, timed_calls, in_place, fresh)
-    baselines = {"reference": in_turn(reference, sets, "reference timing")}
+    spared = spared_storages(sets, reference)  # (evaluator.spent_outputs)
+    baselines = {"reference": PoisonedAfter(in_turn(reference, sets, "reference timing"), spared)}
     compile_settings = request.get("compile_baseline") or {}
     backend, mode = compile_settings.get("backend", "inductor"), compile_settings.get("mode")
     measured = {"roofline_fraction": None, "roofline": None}
@@ -49,7 +51,7 @@ def measure(request: dict, problem, reference, invoker, shapes: list[dict], seed
                 compiled = baseline.compiled_reference(reference, inputs, backend=backend, mode=mode)
                 if watch is not None:
                     watch.retake()
-            baselines["compiled"] = in_turn(compiled, sets, "torch.compile baseline")
+            baselines["compiled"] = PoisonedAfter(in_turn(compiled, sets, "torch.compile baseline"), spared)
         except Exception as exc:  # a reference the compiler cannot handle has no compiled baseline
             measured["compile_baseline_error"] = baseline.failure(exc)
     hooks = _hooks(request, problem, reference, watch)
@@ -142,7 +144,8 @@ def _shape_timing(request: dict, problem, reference, invoker, shape: dict, seed:
     digests, in_place = _pristine(request, reference, sets)
     timed_calls: list[TimedCalls] = []
     candidate = _timed_calls(request, invoker, sets, device, timed_calls, in_place)
-    pair = time_side_by_side(candidate, in_turn(reference, sets, "reference timing"), device, **timing_args(timing),
+    timed_reference = PoisonedAfter(in_turn(reference, sets, "reference timing"), spared_storages(sets, reference))
+    pair = time_side_by_side(candidate, timed_reference, device, **timing_args(timing),
                              **_hooks(request, problem, reference, None)(candidate))
     if request.get("timed_checks"):
         _check_timed(request, problem, reference, timed_calls, candidate, timing, digests, audited=False)

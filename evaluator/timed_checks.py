@@ -43,6 +43,7 @@ from evaluator.float64_arbiter import judged_mismatch
 from evaluator.guards import CandidateMonitor, argument_bytes, call_violation
 from evaluator.kernel_profile import aggregate
 from evaluator.result import Status
+from evaluator.spent_outputs import poison, storage_of
 from evaluator.timing import spin_rate
 
 MB = 1 << 20
@@ -97,7 +98,7 @@ class TimedCalls:
 
     def __post_init__(self):
         # an input returned as it is (a kernel working in place) is the harness's, not remembered
-        self._inputs = {_storage(t) for inputs in self.sets for t in flatten(inputs) if isinstance(t, torch.Tensor)}
+        self._inputs = {storage_of(t) for inputs in self.sets for t in flatten(inputs) if isinstance(t, torch.Tensor)}
 
     def _copies_inputs(self) -> bool:
         # (an audited call is never kept: no copy of its inputs in the profile)
@@ -137,8 +138,8 @@ class TimedCalls:
                 raise Failure(Status.REJECTED, f"timed call {number + 1} returned a tensor subclass "
                                                f"{type(t).__name__}: outputs must be plain tensors")
         alive = [t for t in (ref() for ref in self._earlier) if t is not None]
-        held = {_storage(t) for t in alive} - self._inputs - {0}
-        if any(_storage(t) in held for t in tensors):
+        held = {storage_of(t) for t in alive} - self._inputs - {0}
+        if any(storage_of(t) in held for t in tensors):
             raise Failure(Status.REJECTED, f"timed call {number + 1} returned an output in the storage of an "
                                            "earlier call's output, which the candidate still holds: each call "
                                            "must make its outputs anew (a remembered output times no work)")
@@ -158,17 +159,12 @@ class TimedCalls:
             self.kept.append((number, clone(out), saved))
         elif self.keep and secrets.randbelow(number + 1) < self.keep:  # a reservoir over every call so far
             self.kept[secrets.randbelow(self.keep)] = (number, clone(out), saved)
+        poison(out, self._inputs)  # what it wrote, gone from the memory the next call may get (spent_outputs)
         if self.fresh is not None:  # the set the next call takes, made again from a new seed
             self.fresh.refresh(self.calls % len(self.sets))
 
     def set_of(self, number: int) -> int:
         return number % len(self.sets)
-
-
-def _storage(t: torch.Tensor) -> int:
-    """Where ``t``'s storage starts (0 for none: an empty tensor's)."""
-    storage = t.untyped_storage()
-    return storage.data_ptr() if storage.nbytes() else 0
 
 
 def stream_synchronize(device: str) -> None:

@@ -85,6 +85,13 @@ def gelu_cheats(seed: str) -> dict[str, tuple[str, str]]:
                                                 + "        globals()['LAST'] = out\n"),
                                         "after the checks, returns its last output for any input of the same "
                                         "shape (a useless launch beside it), recomputing one call in four"),
+        "unwritten_after_checks": (_change(seed, _GELU_LAUNCH,
+                                           _COUNT + "        if CALLS > 60:\n"
+                                           "            gelu_kernel[(1,)](x, torch.empty(1, device=x.device), 1, "
+                                           "BLOCK_SIZE=BLOCK_SIZE)\n            return torch.empty_like(x)\n"
+                                           + _GELU_LAUNCH),
+                                   "after the checks, returns a buffer it never wrote (a useless launch beside it): "
+                                   "the allocator hands it the memory the reference just wrote its output to"),
         "pytorch_after_n_calls": (_change(seed, _GELU_LAUNCH,
                                           _COUNT + "        if CALLS > 60:\n"
                                           "            return torch.nn.functional.gelu(x)\n" + _GELU_LAUNCH),
