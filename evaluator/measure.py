@@ -11,8 +11,8 @@ from evaluator.calls import call, make_inputs
 from evaluator.compare import digest
 from evaluator.guards import compiled_kernels
 from evaluator.phases import Phases
-from evaluator.spent_outputs import PoisonedAfter, spared_storages
 from evaluator.fresh_inputs import FRESH_HOST_LIMIT_S, FreshInputs
+from evaluator.spent_outputs import PoisonedAfter, spared_storages
 from evaluator.timed_checks import (SET_SEED_STEP, TimedCalls, as_busy_unwatched, audit, busy_unwatched, check_kept,
                                     check_launches, check_outputs, in_turn, input_sets, inputs_unchanged)
 from evaluator.timing import time_interleaved, time_side_by_side, timing_args

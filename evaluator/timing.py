@@ -102,8 +102,9 @@ def time_interleaved(candidate, baselines: dict, device: str, *, warmup: int, re
 
     ``before_call`` runs before each of the candidate's calls, before its window opens (and before
     the L2 flush ahead of it), ``after_call`` after each, once its window has closed (its end event
-    queued), as a baseline's own ``after`` method (if it has one) after each of its calls, and ``after_batch`` after each batch (and each warm-up round) has been synchronised: the
-    timed calls' checks (``evaluator.timed_checks``) work there, outside every timed window.
+    queued), as a baseline's own ``after`` method (if it has one) after each of its calls, and
+    ``after_batch`` after each batch (and each warm-up round) has been synchronised: the timed
+    calls' checks (``evaluator.timed_checks``) work there, outside every timed window.
     """
     names = list(baselines)
     calls = [candidate, *(baselines[n] for n in names)]
