@@ -3,11 +3,13 @@
 The timed calls take a few input sets in turn (``evaluator.timed_checks.input_sets``).  Held to the
 same values, a set lets a candidate remember its output by a sample of those values and copy it
 into a new tensor on every later call: the copy is all that is timed, and every check passes.  So
-after each of the candidate's calls, once its window has closed, the set its next call takes is
-made again from a seed drawn from the operating system's randomness (the task's own
-``get_inputs``, so its values keep their distribution and structure) and copied into the set's own
-storage.  No timed call then sees values an earlier call saw.  A kept call keeps its seed, and the
-checks make its values again from it for the reference.
+before each of the candidate's calls, before its window opens, the set it takes is made again from
+a seed drawn from the operating system's randomness (the task's own ``get_inputs``, so its values
+keep their distribution and structure) and copied into the set's own storage.  No timed call then
+sees values an earlier call saw, and the candidate is the first to see them: a baseline timed just
+before it in the same round ran on the set's older values, so nothing it left in memory (its
+output, its intermediates) is the answer.  A kept call keeps its seed, and the checks make its
+values again from it for the reference.
 
 Not drawn afresh (the values stay as they are): a set of more than ``limit_bytes``, or more than
 ``room_bytes`` (the device's free memory: the new values are made beside the set, then copied into

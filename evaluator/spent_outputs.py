@@ -13,7 +13,8 @@ where a call wrote nothing.
 Spared: storage of the input sets (a kernel working in place returns its input) and of the
 reference's own tensors (its parameters, buffers and tensor attributes: an output that is one of
 them is the model's state).  What the reference frees inside its call (intermediates) is not
-reached here.
+reached here; where the inputs are drawn afresh (``evaluator.fresh_inputs``) the candidate is the
+first to see each set's values, and nothing any baseline left is an answer to them.
 """
 from __future__ import annotations
 

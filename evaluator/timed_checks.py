@@ -105,8 +105,14 @@ class TimedCalls:
         return self.keep_inputs and bool(self.keep or self.every) and self.mode is None
 
     def before(self) -> None:
-        """Before the next call's window opens: where the reference works in place, the copy of that
-        call's inputs the checks compare on (made inside the window, it timed against the candidate)."""
+        """Before the next call's window opens: the set it takes made again from a new seed (drawn
+        afresh), and where the reference works in place, the copy of its inputs the checks compare on
+        (made inside the window, it timed against the candidate)."""
+        if self.fresh is not None:
+            # Here, not after the call before: the candidate is the first to see these values, so
+            # nothing a baseline timed just before it left in memory (its output, its intermediates)
+            # is the answer (evaluator.spent_outputs).
+            self.fresh.refresh(self.calls % len(self.sets))
         if self._copies_inputs():
             self._saved = (self.calls, clone(self.sets[self.calls % len(self.sets)]))
 
@@ -160,8 +166,6 @@ class TimedCalls:
         elif self.keep and secrets.randbelow(number + 1) < self.keep:  # a reservoir over every call so far
             self.kept[secrets.randbelow(self.keep)] = (number, clone(out), saved)
         poison(out, self._inputs)  # what it wrote, gone from the memory the next call may get (spent_outputs)
-        if self.fresh is not None:  # the set the next call takes, made again from a new seed
-            self.fresh.refresh(self.calls % len(self.sets))
 
     def set_of(self, number: int) -> int:
         return number % len(self.sets)

@@ -28,8 +28,9 @@ def _timed(invoker, sets_count=3, keep=0, every=False):
 
 def _timed_run(timed, calls):
     for _ in range(calls):
+        timed.before()  # as the timer does, before the call's window opens: its set drawn afresh
         timed()
-        timed.after()  # as the timer does, once the call's window has closed
+        timed.after()  # and once it has closed
 
 
 def test_no_timed_call_sees_values_an_earlier_call_saw():
@@ -94,9 +95,9 @@ def test_kept_calls_are_checked_on_the_values_they_took():
 def test_what_each_set_should_hold_is_made_again_from_its_last_seed():
     timed = _timed(lambda inputs, mode: Outcome(output=inputs[0] * 2, launched=1))
     before = [digest(s) for s in timed.sets]
-    _timed_run(timed, 2)  # sets 2 and 3 drawn afresh (after calls 1 and 2), set 1 not yet
+    _timed_run(timed, 2)  # sets 1 and 2 drawn afresh (before calls 1 and 2), set 3 not yet
     expected = timed.fresh.digests(before)
-    assert expected[0] == before[0] and expected[1:] != before[1:]
+    assert expected[2] == before[2] and expected[0] != before[0] and expected[1] != before[1]
     assert expected == [digest(s) for s in timed.sets]
 
 
@@ -291,3 +292,26 @@ def test_an_output_copied_from_a_cache_keyed_by_the_inputs_address_is_wrong_on_s
     assert held.status is Status.CORRECT and held.extra["timed_checks"]["input_sets"] == 2, held.reason
     drawn = evaluate(fresh_inputs_mb=8192)
     assert drawn.status is Status.INCORRECT and "timed call" in drawn.reason, drawn.reason
+
+
+def test_the_candidate_is_the_first_to_see_each_value_no_baseline_timed_before_it_did():
+    """Rounds alternate who goes first; a set is drawn afresh just before the candidate's call, so what
+    a baseline left in memory (its output, its intermediates) is never the answer to that call."""
+    from evaluator.timed_checks import in_turn
+    from evaluator.timing import time_interleaved
+
+    seen_by_reference, seen_by_candidate, first_seen_by_candidate = set(), set(), []
+
+    def invoker(inputs, mode):
+        first_seen_by_candidate.append(digest(inputs[0]) not in seen_by_reference)
+        seen_by_candidate.add(digest(inputs[0]))
+        return Outcome(output=inputs[0] * inputs[1], launched=1)
+
+    timed = _timed(invoker)
+    initial = {digest(s[0]) for s in timed.sets}
+    reference = in_turn(lambda x, k: seen_by_reference.add(digest(x)) or x * k, timed.sets, "reference")
+    time_interleaved(timed, {"reference": reference}, "cpu", warmup=2, reps=12, budget_s=10,
+                     before_call=timed.before, after_call=timed.after)
+    assert len(first_seen_by_candidate) == 14 and all(first_seen_by_candidate)
+    # the reference timed on the candidate's values, or on a set's first ones (as the rounds fall)
+    assert seen_by_reference <= seen_by_candidate | initial and len(seen_by_candidate) == 14
