@@ -24,8 +24,11 @@ from evaluator.compare import flatten
 
 
 def storage_of(t: torch.Tensor) -> int:
-    """Where ``t``'s storage starts (0 for none: an empty tensor's)."""
-    storage = t.untyped_storage()
+    """Where ``t``'s storage starts (0 for none: an empty tensor's, or a layout without one, as sparse)."""
+    try:
+        storage = t.untyped_storage()
+    except (NotImplementedError, RuntimeError):
+        return 0
     return storage.data_ptr() if storage.nbytes() else 0
 
 

@@ -22,7 +22,7 @@ def test_poison_fills_each_storage_once_with_nan_or_minus_one_and_spares_what_it
     floats, ints, kept = torch.randn(6), torch.arange(4, dtype=torch.int32), torch.randn(3)
     poison([floats[2:4], (ints, 7), kept, floats], spared={kept.untyped_storage().data_ptr()})
     assert torch.isnan(floats).all() and (ints == -1).all() and not torch.isnan(kept).any()
-    poison([torch.empty(0)], spared=set())  # no storage: nothing to fill
+    poison([torch.empty(0), torch.eye(3).to_sparse()], spared=set())  # no storage (of its own): nothing to fill
 
 
 def test_a_baselines_output_is_poisoned_after_its_window_but_never_its_models_state_or_inputs():
