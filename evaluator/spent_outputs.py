@@ -4,9 +4,9 @@ Every timed callable (the candidate, the reference, a live torch.compile baselin
 after its call, and the allocator hands that memory to the next call that asks for as much: on a
 GPU, the caching allocator gives it back at once, on the same stream.  The reference timed just
 before the candidate on the same input set (every other round: the rounds alternate who goes first)
-would so leave the right answer, where the set holds the same values in the buffer a candidate gets from ``torch.empty_like``: a kernel
-that writes nothing would be right on those calls, and timed at nothing (the exploit KernelBench
-harnesses were caught by).  So each output's storage is filled with 0xFF bytes (NaN for floats, -1
+would so leave the right answer (where the set holds the same values) in the buffer a candidate
+gets from ``torch.empty_like``: a kernel that writes nothing would be right on those calls, and
+timed at nothing (the exploit KernelBench harnesses were caught by).  So each output's storage is filled with 0xFF bytes (NaN for floats, -1
 for integers) after its window, before it is freed; the checks of the timed calls then find NaN
 where a call wrote nothing.
 
