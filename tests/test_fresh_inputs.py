@@ -176,20 +176,35 @@ def test_a_slow_get_inputs_is_drawn_afresh_no_longer():
     assert torch.equal(sets[0][0], make_inputs(Doubling, {}, fresh.seeds[0], "cpu")[0])  # still checkable
 
 
-def test_a_large_sets_first_slow_draw_is_its_last(monkeypatch):
+def test_a_first_draw_past_its_own_limit_is_the_last(monkeypatch):
     import time
 
     import evaluator.fresh_inputs as fresh_inputs
 
-    monkeypatch.setattr(fresh_inputs, "FIRST_SLOW_BYTES", 100)  # Doubling's 64 floats stand for gigabytes
+    monkeypatch.setattr(fresh_inputs, "FIRST_HOST_LIMIT_S", 0.01)  # 1 s: a get_inputs of GBs on the CPU
 
     def slow(seed):
         time.sleep(0.02)
         return make_inputs(Doubling, {}, seed, "cpu")
 
     fresh = FreshInputs(slow, [make_inputs(Doubling, {}, 1, "cpu")], seeds=[1], limit_s=0.005)
-    fresh.refresh(0)  # a get_inputs on the CPU for gigabytes would take seconds again for the second
+    fresh.refresh(0)  # it would take seconds again for the second
     assert fresh.refreshed == [True] and "ms of the host's time" in fresh.off
+
+
+def test_the_values_made_beside_a_set_are_poisoned_once_copied_into_it():
+    made = []
+
+    def keeping(seed):
+        made.append(make_inputs(Doubling, {}, seed, "cpu"))
+        return made[-1]
+
+    sets = [make_inputs(Doubling, {}, 1, "cpu")]
+    fresh = FreshInputs(keeping, sets, seeds=[1])
+    fresh.refresh(0)
+    # freed just before the candidate's call, they would be the memory its output gets: its inputs
+    assert torch.isnan(made[0][0]).all() and not torch.isnan(sets[0][0]).any()
+    assert torch.equal(sets[0][0], make_inputs(Doubling, {}, fresh.seeds[0], "cpu")[0])
 
 
 class _Refilled:
