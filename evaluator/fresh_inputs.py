@@ -28,10 +28,9 @@ from typing import Callable
 import torch
 
 from evaluator.compare import digest, flatten, nbytes
-from evaluator.spent_outputs import poison
+from evaluator.memory import MB
+from evaluator.spent_outputs import poison, storage_of
 
-
-MB = 1 << 20
 
 # On a GPU a set is made again between two calls of a batch the timer queues behind one spin: a
 # slower get_inputs would leave the GPU waiting for the host inside the next call's window.
@@ -90,8 +89,9 @@ class FreshInputs:
         self.made += 1
         # a slow one stands as made and stops the next ones; the first is allowed FIRST_HOST_LIMIT_S, as
         # it pays for first uses (a block of gigabytes allocated on the GPU), not a get_inputs on the CPU
-        if took > (self.limit_s if self.made > 1 else max(self.limit_s, FIRST_HOST_LIMIT_S)):
-            self.off = f"get_inputs took {took * 1e3:.1f} ms of the host's time, more than {self.limit_s * 1e3:g} ms"
+        limit = self.limit_s if self.made > 1 else max(self.limit_s, FIRST_HOST_LIMIT_S)
+        if took > limit:
+            self.off = f"get_inputs took {took * 1e3:.1f} ms of the host's time, more than {limit * 1e3:g} ms"
 
     def digests(self, before: list) -> list:
         """What each set should hold now: its digest before timing where never refreshed, else that of
@@ -127,9 +127,9 @@ def _shared(sets: list) -> bool:
     owner: dict[int, int] = {}
     for k, values in enumerate(sets):
         for t in flatten(values):
-            if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes():
-                if owner.setdefault(t.untyped_storage().data_ptr(), k) != k:
-                    return True
+            where = storage_of(t) if isinstance(t, torch.Tensor) else 0
+            if where and owner.setdefault(where, k) != k:
+                return True
     return False
 
 

@@ -180,6 +180,10 @@ def _fresh(request: dict, problem, shape: dict, seed: int, device: str, sets: li
     return None if fresh.off else fresh
 
 
+# Left free beside a set made again: what the candidate and the baselines allocate while timed.
+ROOM_MARGIN_BYTES = 2 << 30
+
+
 def _room(device: str, fraction: float) -> float:
     """Bytes this evaluation can still allocate for a set made again beside the timed ones, a margin
     kept: within its share of the GPU (``gpu_memory_fraction``) and what the GPU has free, its own
@@ -190,10 +194,6 @@ def _room(device: str, fraction: float) -> float:
     free, total = torch.cuda.mem_get_info(where)
     allocated, reserved = torch.cuda.memory_allocated(where), torch.cuda.memory_reserved(where)
     return min(fraction * total - allocated, free + reserved - allocated) - ROOM_MARGIN_BYTES
-
-
-# Left free beside a set made again: what the candidate and the baselines allocate while timed.
-ROOM_MARGIN_BYTES = 2 << 30
 
 
 def _timed_calls(request: dict, invoker, sets: list[list], device: str, made: list,

@@ -18,7 +18,7 @@ class TimingSettings:
     batch: int = 8  # GPU: pairs of calls queued between synchronisations (1: synchronise around each)
     input_sets: int = 3  # timed calls take these many input sets (seeded apart, allocated apart) in turn
     input_sets_mb: float = 256.0  # at most this much for the extra sets (beyond it: 2 sets)
-    # After each timed call the set the next call takes is made again from a new seed (sets of up to
+    # Before each timed call the set it takes is made again from a new seed (sets of up to
     # fresh_inputs_mb, where the GPU has room for one more beside them): no timed call sees values an
     # earlier one saw (evaluator.fresh_inputs).
     fresh_inputs: bool = True

@@ -43,7 +43,7 @@ from evaluator.float64_arbiter import judged_mismatch
 from evaluator.guards import CandidateMonitor, argument_bytes, call_violation
 from evaluator.kernel_profile import aggregate
 from evaluator.result import Status
-from evaluator.spent_outputs import poison, storage_of
+from evaluator.spent_outputs import poison, spared_storages, storage_of
 from evaluator.timing import spin_rate
 
 MB = 1 << 20
@@ -91,14 +91,14 @@ class TimedCalls:
     checked: list[int] = field(default_factory=list)  # numbers of the calls whose outputs were compared
     mode: object = None  # the dispatch mode of an audit's calls
     last_attempted: int = 0  # launches tried by the last call, failed ones included
-    fresh: object = None  # evaluator.fresh_inputs.FreshInputs: the sets drawn afresh after each call
+    fresh: object = None  # evaluator.fresh_inputs.FreshInputs: the set a call takes drawn afresh before it
     _last: tuple | None = None
     _saved: tuple | None = None  # (call number, its inputs' copy), made by before() outside its window
     _earlier: list = field(default_factory=list)  # weak references to earlier calls' outputs
 
     def __post_init__(self):
         # an input returned as it is (a kernel working in place) is the harness's, not remembered
-        self._inputs = {storage_of(t) for inputs in self.sets for t in flatten(inputs) if isinstance(t, torch.Tensor)}
+        self._inputs = spared_storages(self.sets)
 
     def _copies_inputs(self) -> bool:
         # (an audited call is never kept: no copy of its inputs in the profile)
