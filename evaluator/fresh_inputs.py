@@ -15,12 +15,16 @@ Not drawn afresh (the values stay as they are): a set of more than ``limit_bytes
 ``room_bytes`` (the device's free memory: the new values are made beside the set, then copied into
 it), sets that share storage (a buffer ``get_inputs`` fills again), a task whose
 ``get_inputs`` gives other shapes, dtypes or plain values for another seed, or inputs neither tensors
-nor plain values, and, from then on, one whose ``get_inputs`` took more than ``limit_s`` of the
-host's time.
+nor plain values, and, from then on, one whose ``get_inputs`` is slow on the host: the median of its
+draws past the first more than ``limit_s``, or one of them more than ``FRESH_HOST_CAP_S``.  One draw a
+little slow (the process preempted on a busy host, a garbage collection, the allocator asking the
+driver for memory) costs no check: the timer times a batch the host was late for again, behind a
+longer spin (``evaluator.timing.host_late``).
 """
 from __future__ import annotations
 
 import secrets
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -33,9 +37,13 @@ from evaluator.spent_outputs import poison, storage_of
 
 
 # On a GPU a set is made again between two calls of a batch the timer queues behind one spin: a
-# slower get_inputs would leave the GPU waiting for the host inside the next call's window.
+# get_inputs slower than this as a rule would leave the GPU waiting for the host inside the next call's
+# window, batch after batch.  The cap: longer than the longest spin the timer puts ahead of a batch
+# (evaluator.timing.next_lead's cap), so no batch rerun could cover it.
 FRESH_HOST_LIMIT_S = 0.005
+FRESH_HOST_CAP_S = 0.1
 FIRST_HOST_LIMIT_S = 1.0
+SLOW_MEDIAN_AFTER = 5  # draws past the first before their median can stop the next ones
 
 
 @dataclass
@@ -48,6 +56,8 @@ class FreshInputs:
     limit_s: float = float("inf")  # FRESH_HOST_LIMIT_S on a GPU
     refreshed: list[bool] = field(default_factory=list)
     made: int = 0  # sets made again so far
+    host_s: list[float] = field(default_factory=list)  # the host's time of each draw past the first
+    slow_draws: int = 0  # of those, the ones past limit_s
     off: str = ""  # why no set is drawn afresh (any longer), if so
 
     def __post_init__(self):
@@ -87,11 +97,33 @@ class FreshInputs:
         self.seeds[which], self.refreshed[which] = seed, True
         took = time.perf_counter() - began
         self.made += 1
-        # a slow one stands as made and stops the next ones; the first is allowed FIRST_HOST_LIMIT_S, as
-        # it pays for first uses (a block of gigabytes allocated on the GPU), not a get_inputs on the CPU
-        limit = self.limit_s if self.made > 1 else max(self.limit_s, FIRST_HOST_LIMIT_S)
-        if took > limit:
-            self.off = f"get_inputs took {took * 1e3:.1f} ms of the host's time, more than {limit * 1e3:g} ms"
+        why = self._slow(took)
+        if why:  # it stands as made, and stops the next ones
+            self.off = f"get_inputs took {why} of the host's time"
+
+    def _slow(self, took: float) -> str:
+        """Why draws are too slow to go on (empty where they are not), ``took`` the last one's time.
+        The first pays for first uses (a block of gigabytes allocated on the GPU), not a get_inputs
+        on the CPU: it is held to FIRST_HOST_LIMIT_S alone."""
+        if self.made == 1:
+            limit = max(self.limit_s, FIRST_HOST_LIMIT_S)
+            return f"{took * 1e3:.1f} ms, more than {limit * 1e3:g} ms" if took > limit else ""
+        self.host_s.append(took)
+        cap = max(self.limit_s, FRESH_HOST_CAP_S)
+        if took > cap:
+            return f"{took * 1e3:.1f} ms in one draw, more than {cap * 1e3:g} ms"
+        self.slow_draws += took > self.limit_s
+        # the median past the limit: more than half of them (counted, not sorted on every call)
+        if len(self.host_s) >= SLOW_MEDIAN_AFTER and 2 * self.slow_draws > len(self.host_s):
+            median = statistics.median(self.host_s)
+            return f"a median {median * 1e3:.1f} ms a draw, more than {self.limit_s * 1e3:g} ms"
+        return ""
+
+    def host_ms(self) -> list[float]:
+        """The host's time of the draws past the first, ms: [median, most] (empty before any)."""
+        if not self.host_s:
+            return []
+        return [round(statistics.median(self.host_s) * 1e3, 3), round(max(self.host_s) * 1e3, 3)]
 
     def digests(self, before: list) -> list:
         """What each set should hold now: its digest before timing where never refreshed, else that of

@@ -36,7 +36,7 @@ def measure(request: dict, problem, reference, invoker, shapes: list[dict], seed
         sets = input_sets(problem, shape, seed, device, timing, inputs)
         digests, in_place = _pristine(request, reference, sets)
     timed_calls: list[TimedCalls] = []  # every sequence of timed calls, each checked after timing
-    fresh = _fresh(request, problem, shape, seed, device, sets, repeatable_inputs)
+    fresh, fresh_off = _fresh(request, problem, shape, seed, device, sets, repeatable_inputs)
     candidate = _timed_calls(request, invoker, sets, device, timed_calls, in_place, fresh)
     spared = spared_storages(sets, reference)  # (evaluator.spent_outputs)
     baselines = {"reference": PoisonedAfter(in_turn(reference, sets, "reference timing"), spared)}
@@ -87,7 +87,7 @@ def measure(request: dict, problem, reference, invoker, shapes: list[dict], seed
     pair = timed["reference"]
     with phases.timed("timed_checks_s"):
         measured["timed_checks"] = _check_timed(request, problem, reference, timed_calls, candidate, timing, digests,
-                                                timed_ms=pair.candidate.median_ms)
+                                                timed_ms=pair.candidate.median_ms, fresh_off=fresh_off)
     # The time of the timed calls (GPU time on a GPU; medians times samples): the part of an evaluation
     # spent on what it measures.
     measured["timed_reps"] = pair.candidate.samples  # reps, or fewer: budget_s, racing, timing.precision
@@ -165,19 +165,24 @@ def _pristine(request: dict, reference, sets: list[list]) -> tuple[list, bool]:
 
 
 def _fresh(request: dict, problem, shape: dict, seed: int, device: str, sets: list[list],
-           repeatable: bool) -> FreshInputs | None:
+           repeatable: bool) -> tuple[FreshInputs | None, str]:
     """The timed input sets drawn afresh between calls (``evaluator.fresh_inputs``), where the timing
-    asks it, the timed calls are checked, and the task's inputs are made again alike from a seed."""
+    asks it, the timed calls are checked, and the task's inputs are made again alike from a seed; else
+    None, and why not (the result says it)."""
     timing = request["timing"]
-    if not (timing.get("fresh_inputs") and request.get("timed_checks") and repeatable):
-        return None
+    if not timing.get("fresh_inputs"):
+        return None, "timing.fresh_inputs is off"
+    if not request.get("timed_checks"):
+        return None, "the timed calls are not checked (evaluator.timed_checks)"
+    if not repeatable:
+        return None, "get_inputs gives other values for the same seed"
     fresh = FreshInputs(lambda s: make_inputs(problem, shape, s, device), sets,
                         seeds=[seed + SET_SEED_STEP * k for k in range(len(sets))],
                         limit_bytes=float(timing.get("fresh_inputs_mb", 8192)) * (1 << 20),
                         room_bytes=_room(device, float(request.get("gpu_memory_fraction", 0.9))),
                         # on the CPU no batch is queued ahead of the host: its wall clock times each call
                         limit_s=FRESH_HOST_LIMIT_S if device.startswith("cuda") else float("inf"))
-    return None if fresh.off else fresh
+    return (None, fresh.off) if fresh.off else (fresh, "")
 
 
 # Left free beside a set made again: what the candidate and the baselines allocate while timed.
@@ -236,7 +241,8 @@ def _tolerances(request: dict, problem) -> tuple:
 
 
 def _check_timed(request: dict, problem, reference, made: list[TimedCalls], candidate: TimedCalls, timing: dict,
-                 digests: list, audited: bool = True, timed_ms: float | None = None) -> dict | None:
+                 digests: list, audited: bool = True, timed_ms: float | None = None,
+                 fresh_off: str = "") -> dict | None:
     """The timed calls held to the checks' rules (``evaluator.timed_checks``): the outputs kept and the
     round after the last timed call against the reference's, every call's launches, the inputs
     untouched, and one audited batch; what was verified, for the result's ``extra``."""
@@ -269,8 +275,10 @@ def _check_timed(request: dict, problem, reference, made: list[TimedCalls], cand
     verified["calls"] = sum(timed.calls for timed in made)
     fresh = candidate.fresh
     verified["fresh_inputs"] = bool(fresh) and not fresh.off  # every timed call's values new to it
-    if fresh and fresh.off:
-        verified["fresh_inputs_off"] = fresh.off
+    if not verified["fresh_inputs"]:
+        verified["fresh_inputs_off"] = fresh.off if fresh else fresh_off
+    if fresh and fresh.host_ms():
+        verified["fresh_host_ms"] = fresh.host_ms()  # the draws' host time: [median, most]
     return verified
 
 

@@ -157,23 +157,47 @@ def test_an_input_that_requires_grad_is_drawn_afresh_all_the_same():
     assert torch.equal(sets[0][0], make_inputs(_GradInput, {}, fresh.seeds[0], "cpu")[0])
 
 
-def test_a_slow_get_inputs_is_drawn_afresh_no_longer():
+def _sleeping(delays: list[float]):
+    """A get_inputs that sleeps each delay in turn (then none) before making Doubling's inputs."""
     import time
 
-    def slow(seed):
-        time.sleep(0.02)
+    def make(seed):
+        time.sleep(delays.pop(0) if delays else 0.0)
         return make_inputs(Doubling, {}, seed, "cpu")
+    return make
 
+
+def test_a_get_inputs_slow_as_a_rule_is_drawn_afresh_no_longer():
     sets = [make_inputs(Doubling, {}, 1, "cpu"), make_inputs(Doubling, {}, 2, "cpu")]
-    fresh = FreshInputs(slow, sets, seeds=[1, 2], limit_s=0.005)
+    fresh = FreshInputs(_sleeping([0.02] * 10), sets, seeds=[1, 2], limit_s=0.005)
     fresh.refresh(0)  # the first pays for first uses: not held to the limit
     assert fresh.refreshed == [True, False] and not fresh.off
-    fresh.refresh(1)  # made again, and found slow
-    assert fresh.refreshed == [True, True] and "ms of the host's time" in fresh.off
+    for k in range(4):  # four slow draws past the first: too few to say it is slow as a rule
+        fresh.refresh(1 - k % 2)
+        assert not fresh.off, k
+    fresh.refresh(0)  # the fifth: their median past the limit, made again and found slow
+    assert "a median" in fresh.off and "ms of the host's time" in fresh.off and fresh.made == 6
     held = digest(sets[0])
     fresh.refresh(0)
-    assert digest(sets[0]) == held
+    assert digest(sets[0]) == held and fresh.made == 6
     assert torch.equal(sets[0][0], make_inputs(Doubling, {}, fresh.seeds[0], "cpu")[0])  # still checkable
+
+
+def test_a_draw_slow_once_costs_no_check_but_one_past_the_cap_stops_the_next():
+    from evaluator.fresh_inputs import FRESH_HOST_CAP_S
+
+    sets = [make_inputs(Doubling, {}, 1, "cpu")]
+    # first draw, then one hiccup of 30 ms (a busy host, a collection) among quick ones
+    fresh = FreshInputs(_sleeping([0.0, 0.03, 0.0, 0.0, 0.0, 0.0, 0.0]), sets, seeds=[1], limit_s=0.005)
+    for _ in range(7):
+        fresh.refresh(0)
+    assert not fresh.off and fresh.made == 7 and fresh.slow_draws == 1
+    median, most = fresh.host_ms()
+    assert median < 5 and most >= 30
+    fresh = FreshInputs(_sleeping([0.0, FRESH_HOST_CAP_S + 0.02]), sets, seeds=[1], limit_s=0.005)
+    fresh.refresh(0)
+    fresh.refresh(0)
+    assert "in one draw" in fresh.off and fresh.made == 2
 
 
 def test_a_first_draw_past_its_own_limit_is_the_last(monkeypatch):
@@ -305,6 +329,8 @@ def test_an_output_copied_from_a_cache_keyed_by_the_inputs_address_is_wrong_on_s
 
     held = evaluate(fresh_inputs_mb=0.001)  # the sets as large as 8 GB stand for
     assert held.status is Status.CORRECT and held.extra["timed_checks"]["input_sets"] == 2, held.reason
+    verified = held.extra["timed_checks"]  # the result says why its inputs were not drawn afresh
+    assert verified["fresh_inputs"] is False and "timing.fresh_inputs_mb" in verified["fresh_inputs_off"]
     drawn = evaluate(fresh_inputs_mb=8192)
     assert drawn.status is Status.INCORRECT and "timed call" in drawn.reason, drawn.reason
 

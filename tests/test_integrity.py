@@ -98,7 +98,8 @@ def test_an_honest_kernel_is_verified_on_its_timed_calls(evaluator):
     assert len(verified["kept_checked"]) == 3 and verified["launches"] == [1, 1]  # every call launched one kernel
     assert verified["audited_calls"] >= 3 and verified["calls"] >= 4 + 3 + 3  # timed, checked after, audited
     assert "triton_share" not in verified and "audited_call_ms" not in verified  # profiled on a GPU only
-    assert verified["fresh_inputs"] is True  # each timed call's values drawn afresh
+    assert verified["fresh_inputs"] is True, verified.get("fresh_inputs_off")  # each timed call's values drawn afresh
+    assert "fresh_inputs_off" not in verified and verified["fresh_host_ms"][1] >= verified["fresh_host_ms"][0]
 
 
 def test_timed_input_sets_fall_back_to_two_beyond_their_memory_budget():

@@ -24,7 +24,8 @@ def test_honest_kernels_pass_with_their_share_of_device_time(gpu_evaluator, buil
         verified = result.extra["timed_checks"]
         assert verified["triton_share"] >= 0.9 and verified["stream_checked"], verified
         assert verified["input_sets"] == 3 and verified["outputs_checked"] == 3
-        assert verified["fresh_inputs"] is True and verified["audited_call_ms"] > 0, verified
+        assert verified["fresh_inputs"] is True, verified.get("fresh_inputs_off")
+        assert verified["audited_call_ms"] > 0 and len(verified["fresh_host_ms"]) == 2, verified
 
 
 def test_a_kernel_on_a_side_stream_is_rejected(gpu_evaluator, builtin_tasks):
