@@ -10,7 +10,7 @@ import time
 from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 10  # the number of the head revision in archive/migrations/versions
+SCHEMA_VERSION = 11  # the number of the head revision in archive/migrations/versions
 
 
 class Base(DeclarativeBase):
@@ -86,6 +86,8 @@ class EvaluationRow(Base):
     memory_floor_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     compute_floor_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     kernel_profile: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Schema 11: what the timed calls were held to (JSON: evaluator.timed_checks); null where unchecked
+    timed_checks: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class EnvironmentRow(Base):

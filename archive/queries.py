@@ -36,7 +36,7 @@ KERNEL_FIELDS = (P.id, P.task, P.island, P.generation, P.operator, P.source, P.s
 # Facts of schema 2; an archive written by an older engine lacks them and reads as NULL.
 NEWER_FIELDS = ("speedup_noise", "speedup_vs_compiled", "roofline_fraction", "compiled_runtime_ms",
                 "ref_runtime_spread", "environment_id", "gpu_peak_mb", "reference_peak_mb", "roofline_bound",
-                "floor_ms")
+                "floor_ms", "timed_checks")
 
 
 def _connect_readonly(path: Path):
@@ -174,6 +174,29 @@ class ArchiveReader:
             if entry.get("round") in ("short", "full"):
                 counts[entry["round"]] += 1
             counts["from_short"] += bool(entry.get("from_short"))
+        return counts
+
+    def timed_checks(self) -> dict:
+        """What the correct results' timed calls were held to (schema 11), each program by its latest
+        evaluation: ``{"correct": n, "checked": n, "fresh": n, "off": {reason: n}, "audited": n}``:
+        checked, those whose timed calls were checked; fresh, those whose every timed call took input
+        values drawn afresh; off, why the others' were not; audited, those held to an audited call's
+        device time (on a GPU)."""
+        counts = {"correct": 0, "checked": 0, "fresh": 0, "off": {}, "audited": 0}
+        if "timed_checks" not in self._columns("evaluations"):
+            return counts
+        for row in self._rows(select(E.timed_checks).select_from(EVALUATED).where(E.status == CORRECT)):
+            counts["correct"] += 1
+            if not row["timed_checks"]:
+                continue
+            verified = json.loads(row["timed_checks"])
+            counts["checked"] += 1
+            counts["audited"] += "audited_call_ms" in verified
+            if verified.get("fresh_inputs"):
+                counts["fresh"] += 1
+            else:
+                why = verified.get("fresh_inputs_off") or "not recorded"
+                counts["off"][why] = counts["off"].get(why, 0) + 1
         return counts
 
     def meta(self, key: str) -> str | None:

@@ -224,7 +224,8 @@ class Archive(Exchange, Statistics):
                 timing_round=json.dumps(extra["timing_round"]) if extra.get("timing_round") else None,
                 roofline_bound=roofline.get("bound"), floor_ms=roofline.get("floor_ms"),
                 memory_floor_ms=roofline.get("memory_ms"), compute_floor_ms=roofline.get("compute_ms"),
-                kernel_profile=json.dumps(extra["kernel_profile"]) if extra.get("kernel_profile") else None))
+                kernel_profile=json.dumps(extra["kernel_profile"]) if extra.get("kernel_profile") else None,
+                timed_checks=json.dumps(extra["timed_checks"]) if extra.get("timed_checks") else None))
             if shapes:
                 evaluation_id = row.inserted_primary_key[0]
                 c.execute(sql.INSERT_SHAPE_TIMING, [shape_timing_row(s, evaluation_id) for s in shapes])

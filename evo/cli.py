@@ -158,6 +158,7 @@ def status_command(args: list[str]) -> int:
         phase_line,
         racing_line,
         status_table,
+        timed_checks_line,
     )
     from operators.meta_prompt import STATE_KEY, table
 
@@ -171,6 +172,7 @@ def status_command(args: list[str]) -> int:
             aside, fast_p, tolerance = run.archive.set_aside(), fast_p_rows(task_bests(run)), tolerance_of(run)
             phases = phase_line(run.archive.phase_totals())
             racing = racing_line(run.archive.timing_rounds())
+            checked = timed_checks_line(run.archive.timed_checks())
             rejected = run.archive.rejections()
             per_task = run.config.run.budget.get("per_task")  # None too in runs made before the key
     except EvoError as exc:
@@ -194,6 +196,8 @@ def status_command(args: list[str]) -> int:
         console.print(phases, soft_wrap=True, markup=False)
     if racing:
         console.print(racing, soft_wrap=True, markup=False)
+    if checked:
+        console.print(checked, soft_wrap=True, markup=False)
     moved = ", ".join(f"{n} {kind}" for kind, n in migrations.items()) or "none"
     console.print(f"elites placed on other islands: {moved} (seeds are copied to every island)")
     contained = run.info.get("containment")

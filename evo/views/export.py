@@ -6,8 +6,9 @@ The package (``out=PATH``; its name is the last path component)::
     PATH/<task>.py         REFERENCE_SOURCE and ``<task>(...)``, with the reference forward's arguments
     PATH/kernels/<k>.py    each kernel's source, as evaluated
     PATH/manifest.json     per task: kernels (speedups, per-bucket speedups, roofline fraction,
-                           device, versions, source hashes, lineage ids) and buckets (which kernel
-                           serves which device class and input size); the history of exports
+                           device, versions, source hashes, lineage ids, the timed calls' checks)
+                           and buckets (which kernel serves which device class and input size); the
+                           history of exports
     PATH/_runtime.py       dispatch;  PATH/selftest.py: ``python -m PACKAGE.selftest``
 
 Shape buckets: where the run timed every shape set of a task
@@ -193,7 +194,8 @@ def _kernel_entry(run: RunView, task: Task, module: str, row: dict, shapes: list
         source_hash=row["source_hash"], source_sha256=hashlib.sha256(row["source"].encode()).hexdigest(),
         reference_hash=task.source_hash, program_id=row["id"], operator=row["operator"],
         lineage=run.archive.lineage(row["id"]), run=str(run.dir), evaluated_at=row["created_at"],
-        environment=environment, **measured)
+        environment=environment, timed_checks=json.loads(row["timed_checks"]) if row["timed_checks"] else None,
+        **measured)
 
 
 def _environment(row: dict | None) -> dict | None:

@@ -145,3 +145,23 @@ def racing_line(counts: dict[str, int]) -> str | None:
         return None
     return (f"racing: {raced} children raced against their parent; {counts['short']} clearly slower kept a short "
             f"timing round, {counts['full']} timed in full ({counts['from_short']} going on from their short round)")
+
+
+def timed_checks_line(counts: dict) -> str | None:
+    """What the correct results' timed calls were held to (evaluator.timed_checks): how many took
+    input values drawn afresh on every timed call, and why the others did not."""
+    if not counts["correct"]:
+        return None
+    unchecked = counts["correct"] - counts["checked"]
+    line = (f"timed checks: {counts['checked']} of {counts['correct']} correct results checked on their timed "
+            f"calls; inputs drawn afresh for every timed call in {counts['fresh']}")
+    if counts["off"]:
+        reasons = sorted(counts["off"].items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = "; ".join(f"{n}: {why}" for why, n in reasons[:3])
+        more = f"; {len(reasons) - 3} other reasons" if len(reasons) > 3 else ""
+        line += f", not in {sum(counts['off'].values())} ({shown}{more})"
+    if counts["audited"]:
+        line += f"; held to an audited call's device time in {counts['audited']}"
+    if unchecked:
+        line += f"; {unchecked} recorded before schema 11 or without timed checks"
+    return line
