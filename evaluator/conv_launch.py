@@ -159,8 +159,9 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     (fp32, the taps or the general kernel): three TF32 products of operands split as they are
     copied (the input's copy made channels-last where the taps kernel gathers so); ``epilogue``:
     up to six tensors, the ``ep*_ptr`` operands of ``_epilogue``; ``shifted``: where the taps
-    loop gathers channels-last at stride 1 and the GPU has TMA, shifted windows over a zero-padded
-    channels-last copy instead (``evaluator/conv_shifted.py``).  With exact fp32 products the
+    loop gathers channels-last at stride 1 (or transposed with a stride: a launch a phase) and the GPU
+    has TMA, shifted windows over a zero-padded channels-last copy instead
+    (``evaluator/conv_shifted.py``).  With exact fp32 products the
     shifted kernel ran 3-60x slower than the gather on an H200 (``kernelbench_search.md``, section
     31): seeds switch it on in TF32, or with split operands."""
     dims = x.dim() - 2
@@ -209,9 +210,9 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     # asks for the taps kernel (by Triton 3.6's SASS for sm_90 in TF32 channels-last, still 2.4-3.6x
     # fewer instructions with 8 or 3 channels: kernelbench_search.md section 16; not timed).
     if (c_group >= 16 and taps_loop is not False) or taps_loop:
-        if shifted and channels_last and _shifts(x, stride, c_group, groups, (block_m, block_n, block_k), spatial,
-                                                 dilation, kernel):
-            _shifted_convolution(x, weight, b_arg, out, operands, spatial, transposed, padding, dilation, groups,
+        phases = _phases(stride, padding, dilation, kernel, spatial, transposed) if shifted else None
+        if channels_last and phases and _shifts(x, c_group, groups, (block_m, block_n, block_k), phases):
+            _shifted_convolution(x, weight, b_arg, out, operands, phases, stride, transposed, groups,
                                  block_m, block_n, block_k, num_warps, num_stages, split, bias is not None)
             return out
         strides = _spatial3(stride, 1) if transposed else [1, 1, 1]  # rows a phase, per dimension
@@ -257,20 +258,50 @@ def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
     return out
 
 
-def _shifts(x, stride, c_group, groups, tile, spatial, dilation, kernel) -> bool:
-    """Whether the shifted-window kernel can run this convolution here: stride 1, TMA (sm_90 on, or
-    Triton's interpreter on the CPU), boxes of at most 256 a side (``tile``: block_m, block_n,
-    block_k), rows of the copy and of the packed weight 16-byte aligned, with groups, a group's
-    channels whole blocks (a box past them would read the next group's), the copy's rows counted in
-    int32 (TMA's coordinates), and few of them outside the output (``_SHIFTED_WASTE``)."""
+def _phases(stride, padding, dilation, kernel, spatial, transposed) -> list[tuple] | None:
+    """The shifted windows' launches, each a tuple over the spatial dimensions of (phase, first tap,
+    taps apart, taps, dilation, padding, outputs): one launch at stride 1; transposed with a stride,
+    one a phase (``evaluator/conv_shifted.py``).  None for a strided convolution not transposed, or
+    where a phase with outputs has no tap (its outputs the bias alone: the taps kernel runs)."""
+    per_dim = []
+    for s, p, d, k, n in zip(stride, padding, dilation, kernel, spatial):
+        if s == 1:
+            per_dim.append([(0, 0, 1, k, d, p, n)])
+            continue
+        if not transposed:
+            return None
+        g = _gcd(s, d)
+        step = s // g  # the taps a phase takes, this far apart
+        phases = []
+        for r in range(min(s, n)):
+            first = next((j for j in range(min(k, step)) if (r + p - j * d) % s == 0), None)
+            if first is None:
+                return None
+            phases.append((r, first, step, -(-(k - first) // step), d // g, (r + p - first * d) // s,
+                           -(-(n - r) // s)))
+        per_dim.append(phases)
+    launches = [()]  # every phase of each dimension with every one of the others (a seed imports no itertools)
+    for options in per_dim:
+        launches = [done + (option,) for done in launches for option in options]
+    return launches
+
+
+def _shifts(x, c_group, groups, tile, phases) -> bool:
+    """Whether the shifted-window kernel can run this convolution here (``phases``: its launches,
+    from :func:`_phases`): TMA (sm_90 on, or Triton's interpreter on the CPU), boxes of at most 256 a
+    side (``tile``: block_m, block_n, block_k), rows of the copy and of the packed weight 16-byte
+    aligned, with groups, a group's channels whole blocks (a box past them would read the next
+    group's), each copy's rows counted in int32 (TMA's coordinates), and few of them outside the
+    outputs (``_SHIFTED_WASTE``)."""
     block_m, block_n, block_k = tile
     if max(block_m, block_n, block_k) > 256 or x.shape[0] > 65535:  # the copy's grid: a batch an index of axis 2
         return False
-    if any(int(s) != 1 for s in stride) or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return False
-    padded = _count(_padded_extent(spatial, dilation, kernel))
-    if x.shape[0] * padded >= _INT32_SPAN or padded > _SHIFTED_WASTE * _count(spatial):
-        return False
+    for launch in phases:
+        padded, outputs = _count(_padded_extent(launch)), _count(p[6] for p in launch)
+        if x.shape[0] * padded >= _INT32_SPAN or padded > _SHIFTED_WASTE * outputs:
+            return False
     if x.device.type == "cuda" and (torch.version.hip is not None or torch.cuda.get_device_capability(x.device)[0] < 9):
         return False  # TMA: NVIDIA's sm_90 on (ROCm reports its own gfx version here)
     if _tensor_descriptor() is None:
@@ -279,9 +310,9 @@ def _shifts(x, stride, c_group, groups, tile, spatial, dilation, kernel) -> bool
     return c_group % aligned == 0 and (groups == 1 or c_group % _channel_step(block_k, c_group) == 0)
 
 
-def _padded_extent(spatial, dilation, kernel) -> list[int]:
-    """The padded copy's positions along each dimension: an output's, and the kernel's reach past it."""
-    return [n + d * (k - 1) for n, d, k in zip(spatial, dilation, kernel)]
+def _padded_extent(launch) -> list[int]:
+    """A launch's padded copy, positions along each dimension: its outputs', and its taps' reach past them."""
+    return [outputs + dil * (taps - 1) for _, _, _, taps, dil, _, outputs in launch]
 
 
 def _channel_step(block_k: int, c_group: int) -> int:
@@ -315,43 +346,49 @@ def _tensor_descriptor():
     return TensorDescriptor
 
 
-def _shifted_convolution(x, weight, b_arg, out, operands, spatial, transposed, padding, dilation, groups,
+def _shifted_convolution(x, weight, b_arg, out, operands, phases, stride, transposed, groups,
                          block_m, block_n, block_k, num_warps, num_stages, split, has_bias):
     """``out`` from shifted windows over a zero-padded channels-last copy of ``x``
-    (``evaluator/conv_shifted.py``); split: each operand's TF32 parts, three products."""
+    (``evaluator/conv_shifted.py``), one launch a phase (``phases``, from :func:`_phases`); split:
+    each operand's TF32 parts, three products."""
     TensorDescriptor = _tensor_descriptor()
-    kernel = list(weight.shape[2:])
-    # along each dimension the input placed `lead` in: the kernel's reach before the first output
-    # (transposed, less the padding), else the padding
-    lead = [d * (k - 1) - p if transposed else p for d, k, p in zip(dilation, kernel, padding)]
-    padded = _padded_extent(spatial, dilation, kernel)
     batch, channels = x.shape[0], x.shape[1]
     c_group, o_group = channels // groups, out.shape[1] // groups
-    rows = batch * _count(padded)
-    copies = torch.empty((1 + split, rows, channels), dtype=x.dtype, device=x.device)
-    positions = _count(padded)
-    grid = lambda meta: (triton.cdiv(positions, meta["BLOCK_S"]), triton.cdiv(channels, meta["BLOCK_C"]),  # noqa: E731
-                         batch)
-    _padded_copy_kernel[grid](x, copies, channels, *_spatial3(x.shape[2:], 1), *_spatial3(padded, 1),
-                              *_spatial3(lead, 0), *_layout(x), BLOCK_C=32, BLOCK_S=64, SPLIT=split,
-                              lo=copies[0].numel())
-    packed = _packed_weight(weight, transposed, groups, c_group, o_group, True, split).reshape(-1, c_group)
-    if split:  # the TF32 parts, then the rest one copy's length on
-        big = packed
-        packed = [big, big.as_strided(big.shape, big.stride(), big.storage_offset() + big.numel())]
-    else:
-        packed = [packed]
     block_k = _channel_step(block_k, c_group)
-    x_descs = [TensorDescriptor.from_tensor(copy, [block_m, block_k]) for copy in copies]
-    w_descs = [TensorDescriptor.from_tensor(part, [block_n, block_k]) for part in packed]
-    grid = (triton.cdiv(rows, block_m), triton.cdiv(o_group, block_n), groups)
-    kd, kh, kw = _spatial3(kernel, 1)
-    _conv_shifted_kernel[grid](x_descs[0], w_descs[0], b_arg, out, *operands, *_spatial3(padded, 1),
-                               *_spatial3(spatial, 1), rows, c_group, o_group, *_layout(out),
-                               *_spatial3(dilation, 1), KD=kd, KH=kh, KW=kw, TRANSPOSED=bool(transposed),
-                               HAS_BIAS=has_bias, IEEE=x.dtype == torch.float32, BLOCK_M=block_m,
-                               BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split, x_small_desc=x_descs[-1],
-                               w_small_desc=w_descs[-1], num_warps=num_warps, num_stages=num_stages)
+    for launch in phases:
+        phase, first, apart, taps, dilation, padding, outputs = (list(v) for v in zip(*launch))
+        # along each dimension the input placed `lead` in: the taps' reach before the first output
+        # (transposed, less the padding), else the padding
+        lead = [d * (k - 1) - p if transposed else p for d, k, p in zip(dilation, taps, padding)]
+        padded = _padded_extent(launch)
+        rows = batch * _count(padded)
+        copies = torch.empty((1 + split, rows, channels), dtype=x.dtype, device=x.device)
+        positions = _count(padded)
+        grid = lambda meta: (triton.cdiv(positions, meta["BLOCK_S"]), triton.cdiv(channels, meta["BLOCK_C"]),  # noqa: E731
+                             batch)
+        _padded_copy_kernel[grid](x, copies, channels, *_spatial3(x.shape[2:], 1), *_spatial3(padded, 1),
+                                  *_spatial3(lead, 0), *_layout(x), BLOCK_C=32, BLOCK_S=64, SPLIT=split,
+                                  lo=copies[0].numel())
+        # the phase's taps alone (all of them at stride 1)
+        sub = weight[(slice(None), slice(None), *(slice(f, None, a) for f, a in zip(first, apart)))]
+        packed = _packed_weight(sub, transposed, groups, c_group, o_group, True, split).reshape(-1, c_group)
+        if split:  # the TF32 parts, then the rest one copy's length on
+            big = packed
+            packed = [big, big.as_strided(big.shape, big.stride(), big.storage_offset() + big.numel())]
+        else:
+            packed = [packed]
+        x_descs = [TensorDescriptor.from_tensor(copy, [block_m, block_k]) for copy in copies]
+        w_descs = [TensorDescriptor.from_tensor(part, [block_n, block_k]) for part in packed]
+        kd, kh, kw = _spatial3(taps, 1)
+        ph_d, ph_h, ph_w = _spatial3(phase, 0)
+        s_d, s_h, s_w = _spatial3(stride, 1)
+        _conv_shifted_kernel[(triton.cdiv(rows, block_m), triton.cdiv(o_group, block_n), groups)](
+            x_descs[0], w_descs[0], b_arg, out, *operands, *_spatial3(padded, 1), *_spatial3(outputs, 1), rows,
+            c_group, o_group, *_layout(out), *_spatial3(dilation, 1), KD=kd, KH=kh, KW=kw,
+            TRANSPOSED=bool(transposed), HAS_BIAS=has_bias, IEEE=x.dtype == torch.float32, BLOCK_M=block_m,
+            BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split, x_small_desc=x_descs[-1], w_small_desc=w_descs[-1],
+            PH_D=ph_d, PH_H=ph_h, PH_W=ph_w, S_D=s_d, S_H=s_h, S_W=s_w, num_warps=num_warps,
+            num_stages=num_stages)
 
 
 def _gather_checks(transposed, stride, padding) -> dict:

@@ -112,8 +112,10 @@ SHIFTED_WIDE_TILE = (128, 128, 32, 8, 3)
 def shifted_first(weight_shape: tuple[int, ...], transposed: bool, groups: int, precision: str,
                   strided: bool) -> bool:
     """Whether a call site starting in the taps loop starts from shifted windows over a padded
-    channels-last copy (``evaluator/conv_shifted.py``; the launch runs them at stride 1 only, where
-    the GPU has TMA and the taps loop gathers channels-last).  On one H200 (``kernelbench_search.md``,
+    channels-last copy (``evaluator/conv_shifted.py``; the launch runs them at stride 1, or transposed
+    with a stride a launch a phase, where the GPU has TMA and the taps loop gathers channels-last).
+    A strided transposed site gets a switch of its own instead (``USE_SHIFTED_PHASES``), off: not
+    yet timed on a GPU.  On one H200 (``kernelbench_search.md``,
     section 31), in TF32 at the sample's stride-1 convolutions from 16 channels a group, 1.16-1.81x
     faster than the gather it replaces (l1_57 6.59 to 4.42 ms, l2_10 6.36 to 4.41, l1_68 13.96 to
     8.18), the copy included; with three TF32 products of split operands 1.05-1.27x faster than the
@@ -252,10 +254,15 @@ def replace_convolutions(lines: list[str], first_index: int, precision: str = "i
                 names[:0] = [f"K{index}_USE_TAPS_LOOP = 1", f"K{index}_USE_CHANNELS_LAST = {int(gather)}"]
                 gather = f"K{index}_USE_CHANNELS_LAST == 1"
                 # shifted windows, where the taps loop gathers channels-last at stride 1; not offered to a
-                # strict 1-D site, whose split twin ran 1.15x slower for them (shifted_first)
+                # strict 1-D site, whose split twin ran 1.15x slower for them (shifted_first).  Transposed
+                # with a stride, a launch a phase (evaluator/conv_shifted.py): a switch of its own, off to
+                # start and left so by the strict twin (not yet timed on a GPU), for the search to flip
                 if not strided and (precision == "tf32" or len(shape[0]) > 3):
                     names.insert(2, f"K{index}_USE_SHIFTED_WINDOWS = {int(shifted_first(*shape, precision, strided))}")
                     shifted = f", shifted=K{index}_USE_SHIFTED_WINDOWS == 1"
+                elif strided and shape[1]:
+                    names.insert(2, f"K{index}_USE_SHIFTED_PHASES = 0")
+                    shifted = f", shifted=K{index}_USE_SHIFTED_PHASES == 1"
             else:
                 names.insert(0, f"K{index}_USE_TAPS_LOOP = 0")
             split = ""

@@ -11,8 +11,13 @@ tap's block of channels is one rectangular box of the (positions, channels) buff
 loads straight into shared memory for the tensor cores: no address is worked out per element,
 no mask.  Rows that are no output position (the buffer's border) are computed and dropped at
 the store: about ``d * (K - 1) / out`` of them a dimension (1.6% on a 256-wide output, 3x3).
+A transposed convolution with a stride ``s`` runs as ``s`` phases a dimension: outputs ``s * q +
+r`` take only the taps ``k`` for which ``r + p - k * d`` is a multiple of ``s`` (every ``s /
+gcd(s, d)``-th from the first), reading input ``q + (r + p - k * d) / s``: a transposed
+convolution at stride 1 over ``q``, of those taps, dilation ``d / gcd(s, d)`` and padding ``(r + p
+- k0 * d) / s``, its outputs stored ``s`` apart; one launch, padded copy and packed weight a phase.
 The taps kernel (``evaluator/conv_kernel.py``) gathers element by element instead; it remains
-for strides above one and where TMA is missing.
+for the other strides, a phase no tap reaches, and where TMA is missing.
 
 The weight comes packed as the taps kernel's channels-last one, (group, tap, output channel,
 channel), one box a tap and block of channels.  Boxes past a tensor's end read zeros (TMA's
@@ -37,10 +42,13 @@ def _conv_shifted_kernel(x_desc, w_desc, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_p
                          KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, TRANSPOSED: tl.constexpr,
                          HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         SPLIT: tl.constexpr = False, x_small_desc=None, w_small_desc=None):
+                         SPLIT: tl.constexpr = False, x_small_desc=None, w_small_desc=None,
+                         PH_D=0, PH_H=0, PH_W=0, S_D: tl.constexpr = 1, S_H: tl.constexpr = 1,
+                         S_W: tl.constexpr = 1):
     # Rows are the padded buffer's positions ((n * DP + d) * HP + h) * WP + w; a tap adds one
     # constant to every row (see the module).  The loop over (tap, block of channels) is one
-    # sequence of box loads, which Triton pipelines.
+    # sequence of box loads, which Triton pipelines.  Transposed with a stride S, one launch a phase:
+    # its outputs S * q + PH (q under D_out, H_out, W_out, the phase's extents) and its taps alone.
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     group = tl.program_id(2)
@@ -77,5 +85,6 @@ def _conv_shifted_kernel(x_desc, w_desc, b_ptr, out_ptr, ep0_ptr, ep1_ptr, ep2_p
     batch = (rows // (WP * HP * DP)).to(tl.int64)
     m_mask = (rows < M_rows) & (ow < W_out) & (oh < H_out) & (od < D_out)
     offs_n = col0 + tl.arange(0, BLOCK_N)
-    _store_tile(acc, out_ptr, b_ptr, batch, group * O_group + offs_n, od, oh, ow, son, soo, sod, soh, sow,
-                m_mask, offs_n < O_group, ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr, HAS_BIAS)
+    _store_tile(acc, out_ptr, b_ptr, batch, group * O_group + offs_n, od * S_D + PH_D, oh * S_H + PH_H,
+                ow * S_W + PH_W, son, soo, sod, soh, sow, m_mask, offs_n < O_group,
+                ep0_ptr, ep1_ptr, ep2_ptr, ep3_ptr, ep4_ptr, ep5_ptr, HAS_BIAS)

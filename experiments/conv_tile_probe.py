@@ -98,7 +98,8 @@ def gather(variant: str) -> dict:
     """``_convolution``'s switches a variant names after its precision: ``-cl`` channels-last;
     ``-taps`` / ``-general`` the taps or the general reduction loop (else the library's choice);
     ``split``, three TF32 products of operands split as they are copied (with the library's IEEE text);
-    ``-shift`` shifted windows over a padded channels-last copy (stride 1, TMA)."""
+    ``-shift`` shifted windows over a padded channels-last copy (TMA; stride 1, or transposed with
+    a stride, a launch a phase)."""
     name, *flags = variant.split("-")
     kwargs = {"channels_last": True} if "cl" in flags else {}
     if "shift" in flags:

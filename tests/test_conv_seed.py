@@ -81,6 +81,19 @@ def test_a_call_site_that_can_run_either_loop_gets_a_switch(weight, transposed, 
     outputs = (weight[1] if transposed else weight[0] // groups)  # from 64 a group (shifted_first)
     on = int(wide and precision == "tf32" and outputs >= 64)
     assert (f"K0_USE_SHIFTED_WINDOWS = {on}" in constants[0]) is shifted
+    # transposed with a stride: a launch a phase behind a switch of its own, off (not yet timed on a GPU)
+    phases = taps_first == 1 and stride > 1 and transposed and (precision == "tf32" or dims > 1)
+    assert ("shifted=K0_USE_SHIFTED_PHASES == 1" in launchers[0]) is phases
+    assert ("K0_USE_SHIFTED_PHASES = 0" in constants[0]) is phases
+
+
+def test_the_strict_twin_leaves_the_phases_switch_to_the_search():
+    from evo.core.dot_precision import _shifted_for_split
+
+    source = ("K0_BLOCK_M = 128\nK0_BLOCK_N = 64\nK0_BLOCK_K = 32\nK0_USE_SHIFTED_PHASES = 0\n"
+              "K1_BLOCK_M = 128\nK1_BLOCK_N = 64\nK1_BLOCK_K = 32\nK1_USE_SHIFTED_WINDOWS = 0\n")
+    twin = _shifted_for_split(source)
+    assert "K0_USE_SHIFTED_PHASES = 0" in twin and "K1_USE_SHIFTED_WINDOWS = 1" in twin
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32"])

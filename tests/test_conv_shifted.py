@@ -22,6 +22,15 @@ CASES = [
     (lambda: torch.nn.ConvTranspose2d(16, 6, 3, padding=1, output_padding=1, dilation=2), (1, 16, 5, 4)),
     (lambda: torch.nn.ConvTranspose2d(32, 8, (3, 2), groups=2), (1, 32, 5, 4)),
     (lambda: torch.nn.Conv3d(16, 8, (2, 3, 3), padding=(1, 0, 2), dilation=(1, 2, 1)), (1, 16, 4, 6, 5)),
+    # transposed with a stride: one launch a phase, its taps alone, its outputs stored a stride apart;
+    # output padding, kernels of 4 (two taps every phase), a stride and dilation sharing no factor (a
+    # dilated phase), 1-D at stride 3, 3-D, groups
+    (lambda: torch.nn.ConvTranspose2d(16, 6, 3, stride=2, padding=1, output_padding=1), (2, 16, 5, 6)),
+    (lambda: torch.nn.ConvTranspose2d(16, 8, 4, stride=2, padding=1, bias=False), (1, 16, 4, 5)),
+    (lambda: torch.nn.ConvTranspose2d(16, 6, (5, 3), stride=(2, 3), padding=(2, 1), dilation=(3, 1)), (1, 16, 4, 3)),
+    (lambda: torch.nn.ConvTranspose1d(16, 4, 5, stride=3, padding=2, output_padding=1), (2, 16, 7)),
+    (lambda: torch.nn.ConvTranspose3d(16, 4, 3, stride=2, padding=1), (1, 16, 2, 3, 3)),
+    (lambda: torch.nn.ConvTranspose2d(32, 8, 3, stride=2, groups=2), (1, 32, 4, 4)),
 ]
 
 
@@ -65,6 +74,7 @@ def test_shifted_windows_match_pytorchs_convolution(library, case, split, monkey
 
 @pytest.mark.parametrize("case, why", [
     ((lambda: torch.nn.Conv2d(16, 8, 3, stride=2, padding=1), (1, 16, 6, 7)), "a stride"),
+    ((lambda: torch.nn.ConvTranspose2d(16, 8, 1, stride=2), (1, 16, 4, 5)), "a phase no tap reaches (bias alone)"),
     ((lambda: torch.nn.Conv2d(18, 8, 3, padding=1), (1, 18, 5, 6)), "rows of 18 floats: not 16-byte aligned"),
     ((lambda: torch.nn.Conv2d(40, 6, 3, groups=2), (1, 40, 4, 5)), "20 channels a group: not whole blocks"),
     ((lambda: torch.nn.Conv2d(16, 8, 5), (1, 16, 6, 7)), "7 padded rows an output (_SHIFTED_WASTE)"),
