@@ -299,7 +299,7 @@ def _shifts(x, c_group, groups, tile, phases) -> bool:
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return False
     for launch in phases:
-        padded, outputs = _count(_padded_extent(launch)), _count(p[6] for p in launch)
+        padded, outputs = _count(_padded_extent(launch)), _count(n for *_, n in launch)
         if x.shape[0] * padded >= _INT32_SPAN or padded > _SHIFTED_WASTE * outputs:
             return False
     if x.device.type == "cuda" and (torch.version.hip is not None or torch.cuda.get_device_capability(x.device)[0] < 9):
@@ -355,6 +355,7 @@ def _shifted_convolution(x, weight, b_arg, out, operands, phases, stride, transp
     batch, channels = x.shape[0], x.shape[1]
     c_group, o_group = channels // groups, out.shape[1] // groups
     block_k = _channel_step(block_k, c_group)
+    s_d, s_h, s_w = _spatial3(stride, 1)
     for launch in phases:
         phase, first, apart, taps, dilation, padding, outputs = (list(v) for v in zip(*launch))
         # along each dimension the input placed `lead` in: the taps' reach before the first output
@@ -381,7 +382,6 @@ def _shifted_convolution(x, weight, b_arg, out, operands, phases, stride, transp
         w_descs = [TensorDescriptor.from_tensor(part, [block_n, block_k]) for part in packed]
         kd, kh, kw = _spatial3(taps, 1)
         ph_d, ph_h, ph_w = _spatial3(phase, 0)
-        s_d, s_h, s_w = _spatial3(stride, 1)
         _conv_shifted_kernel[(triton.cdiv(rows, block_m), triton.cdiv(o_group, block_n), groups)](
             x_descs[0], w_descs[0], b_arg, out, *operands, *_spatial3(padded, 1), *_spatial3(outputs, 1), rows,
             c_group, o_group, *_layout(out), *_spatial3(dilation, 1), KD=kd, KH=kh, KW=kw,
