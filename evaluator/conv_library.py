@@ -1,6 +1,7 @@
 """The seeds' convolution as one text: the helpers the kernels share (``evaluator/conv_geometry.py``),
-the Triton kernels of ``evaluator/conv_kernel.py``, then the host side of
-``evaluator/conv_launch.py``, each below its ``# --- seed ---`` line.
+the Triton kernels of ``evaluator/conv_kernel.py`` and ``evaluator/conv_shifted.py``, the copies of
+``evaluator/conv_copies.py``, then the host side of ``evaluator/conv_launch.py``, each below its
+``# --- seed ---`` line.
 
 A seed carries :func:`seed_text` (``evaluator.conv_seed.CONV_LIBRARY``) under its own imports;
 :func:`module_text` is the same library as one self-contained module, which probes and tests load
@@ -16,7 +17,8 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 # in the order a seed carries them: what the kernels share, the kernels, then what launches them
-PARTS = (HERE / "conv_geometry.py", HERE / "conv_kernel.py", HERE / "conv_shifted.py", HERE / "conv_launch.py")
+PARTS = (HERE / "conv_geometry.py", HERE / "conv_kernel.py", HERE / "conv_shifted.py", HERE / "conv_copies.py",
+         HERE / "conv_launch.py")
 SEED_LINE = "# --- seed ---\n"
 _IMPORTS = "import torch\nimport triton\nimport triton.language as tl\n"
 
